@@ -1,0 +1,285 @@
+"""The `commviz` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+import commviz
+from commviz.transport.address import AddressError, default_addr, is_loopback, private_dir
+
+EPILOG = """start here:
+  commviz demo                                   dashboard + a 4-rank CPU job, one command
+  commviz watch -- torchrun --nproc-per-node 4 scenarios/allreduce.py
+  commviz record -o t.cvz -- torchrun --nproc-per-node 4 scenarios/allreduce.py
+  commviz summary t.cvz            (or a COMMVIZ_TRACE_DIR of rank-<R>.cvz files)
+  commviz replay t.cvz
+
+A script that calls commviz.instrument() streams to a running `commviz watch`;
+`watch/record -- CMD` instrument unmodified scripts too."""
+
+
+def _split_cmd(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _listen_addr(args, private_name: str | None = None) -> str:
+    if args.listen:
+        if not is_loopback(args.listen):
+            print(f"commviz: warning: {args.listen} is reachable from other machines", file=sys.stderr)
+        return args.listen
+    if private_name:
+        return f"ipc://{os.path.join(private_dir(), private_name)}"
+    private_dir()  # create and check the per-user directory
+    return default_addr()
+
+
+def _die(msg: str, code: int = 2) -> int:
+    print(f"commviz: {msg}", file=sys.stderr)
+    return code
+
+
+# ---------------------------------------------------------------- summary
+
+
+def cmd_summary(args) -> int:
+    from commviz.model import Model
+    from commviz.report import render_summary
+    from commviz.trace.file import TraceError, load
+
+    try:
+        loaded = load(args.path)
+    except (TraceError, OSError) as exc:
+        return _die(str(exc))
+    model = Model()
+    for b in loaded.batches:
+        model.ingest_batch(b)
+    _mark_unfinished(model, loaded)
+    s = model.summary()
+    if loaded.problems:
+        s["problems"] = loaded.problems
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(render_summary(s, loaded.problems))
+    return 0
+
+
+def _mark_unfinished(model, loaded) -> None:
+    """A rank whose trace ends without a goodbye did not exit cleanly."""
+    for rank, r in model.ranks.items():
+        if r.status not in ("exited", "dead"):
+            why = "trace cut off" if loaded.truncated else "no goodbye in the trace (killed?)"
+            model.mark_gone(rank, why)
+
+
+# ----------------------------------------------------------------- record
+
+
+def cmd_record(args, cmd: list[str]) -> int:
+    from commviz import launch
+    from commviz.report import render_summary
+    from commviz.watcher import LiveFeed
+
+    if not cmd:
+        return _die("record needs a command: commviz record -o t.cvz -- torchrun --nproc-per-node 2 scenarios/allreduce.py")
+    try:
+        addr = _listen_addr(args, private_name=f"record-{os.getpid()}.sock")
+        feed = LiveFeed(addr, record_to=args.output).start()
+    except (AddressError, OSError) as exc:
+        return _die(str(exc))
+    try:
+        proc = launch.start(cmd, feed.addr)
+    except SystemExit as exc:
+        feed.close()
+        return _die(str(exc).removeprefix("commviz: "))
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait()
+    # Ranks flush their last batch and goodbye at exit; give the frames a moment.
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and not feed.all_exited():
+        time.sleep(0.05)
+    time.sleep(0.1)
+    feed.close()
+    s = feed.model.summary()
+    print(render_summary(s, feed.errors[-5:]), file=sys.stderr if args.quiet else sys.stdout)
+    print(f"trace written to {args.output}  (commviz summary {args.output} · commviz replay {args.output})")
+    if rc != 0:
+        print(f"commviz: the job exited with status {rc}", file=sys.stderr)
+    return rc
+
+
+# ------------------------------------------------------------ watch / demo
+
+
+def _run_app(feed, title: str, proc=None, log_path: str | None = None) -> int:
+    from commviz.tui.app import WatchApp
+
+    app = WatchApp(feed, title=title)
+    try:
+        app.run()
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(5)
+            except Exception:
+                proc.kill()
+        if hasattr(feed, "close"):
+            feed.close()
+    if log_path:
+        print(f"job output: {log_path}")
+    return 0
+
+
+def _start_job_logged(cmd: list[str], addr: str):
+    import subprocess
+
+    from commviz import launch
+
+    log = tempfile.NamedTemporaryFile(prefix="commviz-job-", suffix=".log", delete=False)
+    proc = subprocess.Popen(launch.resolve(cmd), env=launch.job_env(addr), stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    return proc, log.name
+
+
+def cmd_watch(args, cmd: list[str]) -> int:
+    from commviz.watcher import LiveFeed
+
+    try:
+        addr = _listen_addr(args, private_name=f"watch-{os.getpid()}.sock" if cmd else None)
+        feed = LiveFeed(addr, record_to=args.record, hang_after_s=args.hang_after).start()
+    except (AddressError, OSError) as exc:
+        return _die(str(exc))
+    proc = log = None
+    if cmd:
+        try:
+            proc, log = _start_job_logged(cmd, feed.addr)
+        except SystemExit as exc:
+            feed.close()
+            return _die(str(exc).removeprefix("commviz: "))
+    return _run_app(feed, "commviz watch", proc, log)
+
+
+def demo_script() -> str | None:
+    here = os.path.dirname(os.path.abspath(commviz.__file__))
+    for cand in (os.path.join(here, "scenarios", "allreduce.py"), os.path.join(os.path.dirname(here), "scenarios", "allreduce.py")):
+        if os.path.exists(cand):
+            return cand
+    return None
+
+
+def cmd_demo(args) -> int:
+    from commviz import launch
+
+    script = demo_script()
+    if script is None:
+        return _die("the demo needs scenarios/allreduce.py from a source checkout (pip install -e .)")
+    cmd = launch.torchrun(args.nproc, script, "--iters", str(args.iters), "--numel", str(args.numel),
+                          "--interval", str(args.interval))
+    args.listen = None
+    args.record = None
+    return cmd_watch(args, cmd)
+
+
+# ----------------------------------------------------------------- replay
+
+
+def cmd_replay(args) -> int:
+    from commviz.trace.file import TraceError, load
+    from commviz.tui.feed import ReplayFeed
+
+    try:
+        loaded = load(args.path)
+    except (TraceError, OSError) as exc:
+        return _die(str(exc))
+    for p in loaded.problems:
+        print(f"commviz: note: {p}", file=sys.stderr)
+    if not loaded.batches:
+        return _die(f"{args.path}: no events to replay")
+    feed = ReplayFeed(loaded.batches)
+    feed.set_speed(args.speed)
+    return _run_app(feed, f"commviz replay {os.path.basename(str(args.path))}")
+
+
+# ------------------------------------------------------------------- main
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="commviz",
+        description="Live torch.distributed traffic in your terminal.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"commviz {commviz.__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    w = sub.add_parser("watch", help="dashboard on live events; with -- CMD it also launches the job",
+                       description="Dashboard on live events. Ranks that call commviz.instrument() (or run "
+                       "under `watch -- CMD`) connect by themselves.")
+    w.add_argument("--listen", metavar="ADDR", help="ipc:///path or tcp://host:port (default: per-user socket)")
+    w.add_argument("--record", metavar="FILE", help="also write every event to this trace file")
+    w.add_argument("--hang-after", type=float, default=10.0, metavar="S", help="seconds in one op before a rank shows as hung")
+
+    r = sub.add_parser("record", help="run a job headless, write its trace, print the summary",
+                       description="Run CMD with every rank instrumented, write the trace, print the summary. "
+                       "Exits with the job's status.")
+    r.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write (.cvz)")
+    r.add_argument("--listen", metavar="ADDR", help="address for the ranks (default: a private per-run socket)")
+    r.add_argument("-q", "--quiet", action="store_true", help="summary to stderr")
+
+    rp = sub.add_parser("replay", help="dashboard on a recorded trace")
+    rp.add_argument("path", metavar="FILE_OR_DIR")
+    rp.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)")
+
+    s = sub.add_parser("summary", help="per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR")
+    s.add_argument("path", metavar="FILE_OR_DIR")
+    s.add_argument("--json", action="store_true", help="the stable JSON document (see DESIGN.md)")
+
+    d = sub.add_parser("demo", help="dashboard + a small CPU job, one command")
+    d.add_argument("--nproc", type=int, default=4)
+    d.add_argument("--iters", type=int, default=600)
+    d.add_argument("--numel", type=int, default=1 << 16)
+    d.add_argument("--interval", type=float, default=0.05)
+    d.add_argument("--hang-after", type=float, default=10.0, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, cmd = _split_cmd(argv)
+    parser = build_parser()
+    args = parser.parse_args(own)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    if cmd and args.command not in ("watch", "record"):
+        return _die(f"`{args.command}` takes no command after --")
+    if args.command == "summary":
+        return cmd_summary(args)
+    if args.command == "record":
+        return cmd_record(args, cmd)
+    if args.command == "watch":
+        return cmd_watch(args, cmd)
+    if args.command == "replay":
+        return cmd_replay(args)
+    if args.command == "demo":
+        return cmd_demo(args)
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

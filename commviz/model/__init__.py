@@ -1,0 +1,6 @@
+"""Pure state: fed events and a clock, answers questions. Never imports torch,
+textual, zmq or psutil."""
+
+from commviz.model.state import Model
+
+__all__ = ["Model"]

@@ -1,0 +1,55 @@
+"""Per-op statistics: counts, bytes and latency percentiles in bounded memory."""
+
+from __future__ import annotations
+
+import random
+
+# Exact percentiles up to this many samples per row, then uniform reservoir sampling,
+# so memory stays bounded over hours of events.
+RESERVOIR = 65536
+
+
+class OpStats:
+    __slots__ = ("count", "bytes", "errors", "time_ns", "timed", "timed_bytes", "_samples", "_rng")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.bytes = 0
+        self.errors = 0
+        self.time_ns = 0  # sum of durations of timed, successful ops
+        self.timed = 0
+        self.timed_bytes = 0
+        self._samples: list[int] = []
+        self._rng = random.Random(0)
+
+    def add(self, nbytes: int, duration_ns: int | None, error: bool = False) -> None:
+        self.count += 1
+        self.bytes += nbytes
+        if error:
+            self.errors += 1
+            return
+        if duration_ns is None or duration_ns < 0:
+            return
+        self.time_ns += duration_ns
+        self.timed += 1
+        self.timed_bytes += nbytes
+        if len(self._samples) < RESERVOIR:
+            self._samples.append(duration_ns)
+        else:
+            j = self._rng.randrange(self.timed)
+            if j < RESERVOIR:
+                self._samples[j] = duration_ns
+
+    def percentile_us(self, q: float) -> float:
+        """Nearest-rank percentile in microseconds (0.0 when nothing was timed)."""
+        if not self._samples:
+            return 0.0
+        s = sorted(self._samples)
+        k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
+        return s[k] / 1e3
+
+    def algbw_gbps(self) -> float:
+        """Bytes of timed ops over their total time: a time-weighted mean of S/t."""
+        if not self.time_ns or not self.timed:
+            return 0.0
+        return self.timed_bytes / self.time_ns  # bytes per ns == GB/s (1e9 B/s)

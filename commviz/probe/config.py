@@ -1,0 +1,26 @@
+"""Rank-side settings from the environment (the contract in DESIGN.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    enabled: bool
+    addr: str
+    trace_dir: str | None
+    queue_cap: int = 65536  # events held between the caller and the sender thread
+    flush_interval_s: float = 0.02
+
+    @classmethod
+    def from_env(cls, addr: str | None = None, trace_dir: str | None = None) -> "ProbeConfig":
+        from commviz.transport.address import default_addr
+
+        env = os.environ
+        return cls(
+            enabled=env.get("COMMVIZ", "1") != "0",
+            addr=addr or env.get("COMMVIZ_ADDR") or default_addr(),
+            trace_dir=trace_dir or env.get("COMMVIZ_TRACE_DIR") or None,
+        )

@@ -1,0 +1,304 @@
+"""The probe's per-process state: op ids, per-group sequence numbers, the queue to
+the sender thread, and turning a wrapped call into start/end records.
+
+Hot path budget: the caller's thread does dictionary lookups, two clock reads and
+two deque appends per op. Events are built, encoded and sent on the sender thread.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import itertools
+import os
+import socket
+import threading
+import time
+
+from commviz import ops as opcat
+from commviz.events import GroupDef, Hello, Mark
+from commviz.probe.config import ProbeConfig
+from commviz.probe.health import Health
+from commviz.probe.sender import END, OTHER, START, Sender
+from commviz.probe.work import Waiters
+
+
+class _TLS(threading.local):
+    depth = 0  # > 0 while inside a wrapped call: nested public calls are not events
+    want_inner = False
+    inner_bytes = 0
+
+
+class GroupInfo:
+    __slots__ = ("pg", "gid", "ranks", "size", "seq", "p2p_seq", "backend")
+
+    def __init__(self, pg, gid: str, ranks: list[int], backend: str) -> None:
+        self.pg = pg  # held so id(pg) is never reused while we know it
+        self.gid = gid
+        self.ranks = ranks
+        self.size = len(ranks)
+        self.seq = 0
+        self.p2p_seq: dict[tuple[int, int], int] = {}
+        self.backend = backend
+
+
+class Rec:
+    """An op between its start and its end."""
+
+    __slots__ = ("id", "op", "t0", "peer", "cuda", "backend")
+
+    def __init__(self, op_id, op, t0, peer, cuda, backend) -> None:
+        self.id = op_id
+        self.op = op
+        self.t0 = t0
+        self.peer = peer
+        self.cuda = cuda
+        self.backend = backend
+
+
+_DTYPE_NAMES: dict = {}
+_REDUCE_NAMES: dict = {}
+
+
+def dtype_name(dtype) -> str:
+    n = _DTYPE_NAMES.get(dtype)
+    if n is None:
+        n = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
+    return n
+
+
+def reduce_name(op) -> str:
+    try:
+        n = _REDUCE_NAMES.get(op)
+    except TypeError:  # unhashable custom op
+        return str(op)
+    if n is None:
+        n = _REDUCE_NAMES[op] = str(op).rsplit(".", 1)[-1]
+    return n
+
+
+class Probe:
+    def __init__(self, cfg: ProbeConfig) -> None:
+        import torch.distributed as dist
+        import torch.distributed.distributed_c10d as c10d
+
+        self.cfg = cfg
+        self.dist = dist
+        self.c10d = c10d
+        self.health = Health()
+        self.queue: collections.deque = collections.deque()
+        self.tls = _TLS()
+        self.ids = itertools.count()
+        self.groups: dict[int, GroupInfo] = {}
+        self.started = False
+        self.start_failed = False
+        self.sender: Sender | None = None
+        self.rank = -1
+        self._start_lock = threading.Lock()
+        self._track_mode: dict[tuple[str, str], str] = {}
+        self.waiters = Waiters(self._work_done)
+        try:
+            self.waiters.install(c10d.Work)
+        except Exception as exc:
+            self.health.internal("Work.wait patch", exc)
+
+    # ------------------------------------------------------------- lifecycle
+
+    def ensure_started(self) -> bool:
+        if self.started:
+            return True
+        if self.start_failed or not self.dist.is_initialized():
+            return False
+        with self._start_lock:
+            if not self.started and not self.start_failed:
+                try:
+                    self._start()
+                except Exception as exc:
+                    # Said once; the job runs on uninstrumented rather than retrying per op.
+                    self.start_failed = True
+                    self.health.internal("start", exc)
+        return self.started
+
+    def _start(self) -> None:
+        dist = self.dist
+        rank = dist.get_rank()
+        self.rank = rank
+        hello = self._hello(rank, dist.get_world_size(), str(dist.get_backend()))
+        self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
+                             self.cfg.flush_interval_s)
+        self.sender.start()
+        self.started = True
+        atexit.register(self.shutdown)
+
+    def _hello(self, rank: int, world: int, backend: str) -> Hello:
+        import torch
+
+        import commviz
+
+        device, uuid, bus = "cpu", None, None
+        try:
+            if "nccl" in backend and torch.cuda.is_available():
+                i = torch.cuda.current_device()
+                device = f"cuda:{i}"
+                props = torch.cuda.get_device_properties(i)
+                uuid = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None
+                if getattr(props, "pci_bus_id", None) is not None:
+                    bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        except Exception as exc:
+            self.health.internal("device info", exc)
+        env = os.environ
+        job = ":".join(
+            [env.get("TORCHELASTIC_RUN_ID", ""), env.get("MASTER_ADDR", ""), env.get("MASTER_PORT", "")]
+        )
+        return Hello(
+            rank=rank,
+            local_rank=int(env.get("LOCAL_RANK", "0") or 0),
+            world_size=world,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            backend=backend,
+            device=device,
+            torch_version=str(torch.__version__),
+            commviz_version=commviz.__version__,
+            job=job,
+            mono_ns=time.monotonic_ns(),
+            wall_ns=time.time_ns(),
+            cuda_uuid=uuid,
+            pci_bus_id=bus,
+        )
+
+    def shutdown(self, reason: str = "exit") -> None:
+        s = self.sender
+        if s is None:
+            return
+        self.sender = None
+        self.started = False
+        try:
+            s.stop(reason)
+        except Exception as exc:
+            self.health.internal("shutdown", exc)
+
+    # ------------------------------------------------------------ recording
+
+    def push(self, rec: tuple) -> None:
+        q = self.queue
+        if len(q) < self.cfg.queue_cap:
+            q.append(rec)
+        else:
+            self.health.dropped += 1
+
+    def group_info(self, pg) -> GroupInfo | None:
+        if pg is None:
+            pg = self.c10d._get_default_group()
+        info = self.groups.get(id(pg))
+        if info is not None and info.pg is pg:
+            return info
+        if pg is self.c10d.GroupMember.NON_GROUP_MEMBER:
+            return None
+        ranks = list(self.dist.get_process_group_ranks(pg))
+        try:
+            backend = str(self.dist.get_backend(pg))
+        except Exception:
+            backend = ""
+        gid = str(pg.group_name)
+        info = GroupInfo(pg, gid, ranks, backend)
+        self.groups[id(pg)] = info
+        self.push((OTHER, GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or "")))
+        return info
+
+    def mark(self, text: str) -> None:
+        if self.ensure_started():
+            self.push((OTHER, Mark(time.monotonic_ns(), str(text))))
+
+    def begin(self, spec: opcat.OpSpec, am, args, kwargs) -> Rec | None:
+        if not self.started and not self.ensure_started():
+            return None
+        g = self.group_info(am.group(args, kwargs))
+        if g is None:
+            return None  # this rank is not in the group: torch does nothing either
+        nbytes, dtype, shape, cuda = am.payload(args, kwargs, g.size)
+        peer = root = -1
+        if spec.kind == opcat.P2P:
+            peer = am.rooted(args, kwargs, g)
+            key = (0 if spec.direction == "send" else 1, peer)
+            seq = g.p2p_seq.get(key, 0)
+            g.p2p_seq[key] = seq + 1
+        else:
+            seq = g.seq
+            g.seq = seq + 1
+            if spec.root_arg:
+                root = am.rooted(args, kwargs, g)
+        red = am.reduce_op(args, kwargs)
+        is_async = am.is_async(args, kwargs)
+        op_id = next(self.ids)
+        t0 = time.monotonic_ns()
+        self.push((START, op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
+                   reduce_name(red) if red is not None else ""))
+        return Rec(op_id, spec.name, t0, peer, cuda, g.backend)
+
+    def fail(self, rec: Rec, exc: BaseException) -> None:
+        self.push((END, rec.id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
+
+    def complete(self, rec: Rec, result, inner_bytes: int | None) -> None:
+        nbytes = inner_bytes if inner_bytes is not None else -1
+        peer = -1
+        if rec.peer < 0 and isinstance(result, int) and not isinstance(result, bool):
+            peer = result  # recv from any source returns the sender's rank
+        if result is not None and hasattr(result, "wait") and hasattr(result, "is_completed"):
+            self._track(rec, result, nbytes)
+            return
+        if rec.cuda:
+            self._track_cuda(rec, nbytes)
+            return
+        self.push((END, rec.id, time.monotonic_ns(), "", nbytes, peer))
+
+    # ---------------------------------------------------- async completion
+
+    def _work_done(self, op_id: int, t: int, err: str) -> None:
+        self.push((END, op_id, t, err, -1, -1))
+
+    def _track(self, rec: Rec, work, nbytes: int) -> None:
+        key = (rec.backend, rec.op)
+        mode = self._track_mode.get(key)
+        if mode is None:
+            mode = "poll" if rec.cuda else "future"
+        if mode == "future":
+            try:
+                fut = work.get_future()
+            except RuntimeError:
+                # gloo p2p: "Work::getFuture not implemented"
+                self._track_mode[key] = "waiter"
+                mode = "waiter"
+            else:
+                self._track_mode[key] = "future"
+                op_id, push = rec.id, self.push
+
+                def done(f, op_id=op_id, push=push, nbytes=nbytes):
+                    t = time.monotonic_ns()
+                    err = ""
+                    try:
+                        f.value()
+                    except Exception as exc:
+                        err = f"{type(exc).__name__}: {exc}"[:500]
+                    push((END, op_id, t, err, nbytes, -1))
+
+                fut.add_done_callback(done)
+                return
+        if mode == "waiter":
+            self.waiters.track(rec.id, work)
+            return
+        self._track_mode[key] = "poll"
+        sender = self.sender
+        if sender is not None:
+            sender.add_poll(rec.id, lambda w=work: (w.is_completed(), ""), nbytes)
+
+    def _track_cuda(self, rec: Rec, nbytes: int) -> None:
+        """Sync op on a CUDA tensor: the host clock only saw the enqueue. Record an
+        event on the current stream and let the sender thread query it."""
+        import torch
+
+        ev = torch.cuda.Event()
+        ev.record()
+        sender = self.sender
+        if sender is not None:
+            sender.add_poll(rec.id, lambda e=ev: (e.query(), ""), nbytes)

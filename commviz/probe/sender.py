@@ -1,0 +1,204 @@
+"""The probe's background thread: turns queued records into events, batches them
+to the watcher and the per-rank trace file, and polls completions that have no
+callback. The training thread only appends to a deque; all I/O happens here."""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+
+from commviz.events import Counters, Goodbye, GroupDef, Hello, OpEnd, OpStart, encode_batch
+from commviz.probe.health import Health
+
+START = 0
+END = 1
+OTHER = 2  # a ready-made event (GroupDef, Mark, Sample)
+
+COUNTERS_EVERY_S = 1.0
+MAX_BATCH = 4096  # events per frame
+# Frames the watcher has not taken yet (none running, just starting, frozen) are kept
+# up to this many events and retried, so a watcher that starts a moment after the
+# job still gets everything; beyond it the oldest are dropped and counted.
+BACKLOG_EVENTS = 100_000
+
+
+class Sender:
+    def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
+                 health: Health, queue: collections.deque, flush_interval_s: float = 0.02) -> None:
+        self.rank = rank
+        self.hello = hello
+        self.health = health
+        self.queue = queue
+        self.flush_interval_s = flush_interval_s
+        self.groups: list[GroupDef] = []
+        self.inflight: dict[int, OpStart] = {}
+        self.polls: list = []  # (op_id, poll_fn, nbytes) for completions nobody calls back about
+        self._polls_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.connected = False
+        self.backlog: collections.deque = collections.deque()  # (payload, n_events)
+        self.backlog_events = 0
+        self.client = None
+        self.trace = None
+        self._last_counters = 0.0
+        if addr:
+            try:
+                from commviz.transport.client import Client
+
+                self.client = Client(addr, identity=f"rank{rank}-pid{os.getpid()}".encode())
+            except Exception as exc:
+                health.internal("connect", exc)
+        if trace_dir:
+            self._open_trace(trace_dir)
+        self.thread = threading.Thread(target=self._run, name="commviz-sender", daemon=True)
+
+    def _open_trace(self, trace_dir: str) -> None:
+        from commviz.trace.file import TraceWriter
+
+        try:
+            os.makedirs(trace_dir, exist_ok=True)
+            self.trace = TraceWriter(os.path.join(trace_dir, f"rank-{self.rank}.cvz"))
+            self.trace.write(encode_batch(self.rank, [self.hello]))
+        except OSError as exc:
+            self.health.trace_errors += 1
+            self.health.warn_once("trace", f"cannot write the trace in {trace_dir} ({exc}); the job goes on without it")
+            self.trace = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def add_poll(self, op_id: int, poll, nbytes: int = -1) -> None:
+        with self._polls_lock:
+            self.polls.append((op_id, poll, nbytes))
+        self._wake.set()
+
+    # ----------------------------------------------------------------- thread
+
+    def _run(self) -> None:
+        poll_sleep = 5e-5
+        next_flush = time.monotonic() + self.flush_interval_s
+        while not self._stop.is_set():
+            try:
+                if self.polls:
+                    self._poll()
+                    # Back off while the same ops stay pending: fine resolution for
+                    # short ops, little CPU for long ones.
+                    time.sleep(poll_sleep)
+                    poll_sleep = min(poll_sleep * 1.5, 2e-3)
+                else:
+                    poll_sleep = 5e-5
+                    self._wake.wait(max(0.0, next_flush - time.monotonic()))
+                    self._wake.clear()
+                now = time.monotonic()
+                if now >= next_flush:
+                    self.flush()
+                    next_flush = now + self.flush_interval_s
+            except Exception as exc:  # never let the thread die
+                self.health.internal("sender", exc)
+                time.sleep(self.flush_interval_s)
+
+    def _poll(self) -> None:
+        with self._polls_lock:
+            polls, self.polls = self.polls, []
+        keep = []
+        for op_id, poll, nbytes in polls:
+            try:
+                done, error = poll()
+            except Exception as exc:
+                done, error = True, f"{type(exc).__name__}: {exc}"
+            if done:
+                self.queue.append((END, op_id, time.monotonic_ns(), error, nbytes, -1))
+            else:
+                keep.append((op_id, poll, nbytes))
+        if keep:
+            with self._polls_lock:
+                self.polls = keep + self.polls
+
+    def _drain(self) -> list:
+        q = self.queue
+        out = []
+        pop = q.popleft
+        inflight = self.inflight
+        for _ in range(len(q)):
+            rec = pop()
+            kind = rec[0]
+            if kind == START:
+                ev = OpStart(*rec[1:])
+                inflight[ev.id] = ev
+            elif kind == END:
+                ev = OpEnd(*rec[1:])
+                inflight.pop(ev.id, None)
+            else:
+                ev = rec[1]
+                if isinstance(ev, GroupDef):
+                    self.groups.append(ev)
+            out.append(ev)
+        return out
+
+    def flush(self, final: list | None = None) -> None:
+        events = self._drain()
+        now = time.monotonic()
+        if final is not None or now - self._last_counters >= COUNTERS_EVERY_S:
+            self._last_counters = now
+            h = self.health
+            events.append(Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors))
+        if final:
+            events.extend(final)
+        for i in range(0, len(events), MAX_BATCH):
+            self._emit(events[i : i + MAX_BATCH])
+        if not events and self.backlog and self.client is not None:
+            self._send_backlog()  # a watcher may have come up while the job idles
+
+    def _emit(self, events: list) -> None:
+        payload = encode_batch(self.rank, events)
+        if self.trace is not None:
+            try:
+                self.trace.write(payload)
+            except OSError as exc:
+                self.health.trace_errors += 1
+                self.health.warn_once("trace-write", f"trace write failed ({exc}); the job goes on, trace stops here")
+                self.trace = None
+        if self.client is None:
+            self.health.dropped += len(events)
+            return
+        self.backlog.append((payload, len(events)))
+        self.backlog_events += len(events)
+        while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
+            _, n = self.backlog.popleft()
+            self.backlog_events -= n
+            self.health.dropped += n
+        self._send_backlog()
+
+    def _send_backlog(self) -> None:
+        if not self.connected:
+            # A (re)connected watcher must learn who we are and what is in flight.
+            resync = [self.hello, *self.groups, *self.inflight.values()]
+            if not self.client.send(encode_batch(self.rank, resync)):
+                return
+            self.connected = True
+        while self.backlog:
+            payload, n = self.backlog[0]
+            if not self.client.send(payload):
+                self.connected = False
+                return
+            self.backlog.popleft()
+            self.backlog_events -= n
+
+    def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
+        """Last flush with a goodbye; bounded in time so exit is never held up."""
+        self._stop.set()
+        self._wake.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+        if self.polls:
+            self._poll()
+        try:
+            self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_events, reason)])
+        finally:
+            if self.trace is not None:
+                self.trace.close()
+            if self.client is not None:
+                self.client.close()

@@ -1,0 +1,60 @@
+"""Plain-text rendering of the summary document (for `commviz summary`/`record`)."""
+
+from __future__ import annotations
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return [line(headers), line(["-" * w for w in widths])] + [line(r) for r in rows]
+
+
+def render_summary(s: dict, problems: list[str] | None = None) -> str:
+    out = [f"world size {s['world_size']} · backend {s['backend'] or '?'} · {s.get('events', 0)} events"]
+    ranks = s["ranks"]
+    if ranks:
+        out.append("")
+        out += _table(
+            ["rank", "host", "pid", "device", "status", "dropped"],
+            [[str(r["rank"]), r["host"], str(r["pid"]), r["device"], r["status"], str(r.get("dropped", 0))] for r in ranks],
+            {0, 2, 5},
+        )
+    out.append("")
+    if s["ops"]:
+        out += _table(
+            ["op", "group", "count", "bytes", "p50 µs", "p99 µs", "algbw GB/s", "busbw GB/s"],
+            [
+                [
+                    o["op"],
+                    o["group"],
+                    str(o["count"]),
+                    human_bytes(o["bytes"]),
+                    f"{o['p50_us']:.1f}",
+                    f"{o['p99_us']:.1f}",
+                    f"{o['algbw_gbps']:.3f}",
+                    f"{o['busbw_gbps']:.3f}",
+                ]
+                for o in s["ops"]
+            ],
+            {2, 3, 4, 5, 6, 7},
+        )
+    else:
+        out.append("no ops recorded")
+    for d in s.get("diagnoses", []):
+        out.append(f"{d['kind'].upper()}: {d['message']}")
+    if s.get("decode_errors"):
+        out.append(f"{s['decode_errors']} frames could not be decoded")
+    for p in problems or []:
+        out.append(f"note: {p}")
+    return "\n".join(out)

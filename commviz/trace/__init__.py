@@ -1,0 +1,1 @@
+"""Trace files: one format for live recording and replay."""

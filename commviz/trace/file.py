@@ -1,0 +1,122 @@
+"""Trace file format: an 8-byte header (magic, format version), then frames of a
+4-byte little-endian length and the same msgpack `Batch` bytes that travel on the
+wire. A file cut off mid-write (the job was killed) loads up to its last whole frame.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from commviz.events import Batch, FrameError, decode_batch
+
+MAGIC = b"CVZT"
+FORMAT_VERSION = 1
+HEADER = struct.Struct("<4sHH")  # magic, format version, reserved
+LEN = struct.Struct("<I")
+MAX_FRAME = 16 * 1024 * 1024  # bigger than any batch the probe writes; guards allocation
+SUFFIX = ".cvz"
+
+
+class TraceError(ValueError):
+    """The file is not a commviz trace at all (bad magic, newer format)."""
+
+
+def header_bytes() -> bytes:
+    return HEADER.pack(MAGIC, FORMAT_VERSION, 0)
+
+
+def frame_bytes(payload: bytes) -> bytes:
+    return LEN.pack(len(payload)) + payload
+
+
+class TraceWriter:
+    """Append-only writer. Each frame is written whole and handed to the OS, so a
+    killed process leaves every frame it wrote readable."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = str(path)
+        self._f = open(self.path, "wb", buffering=0)
+        self._f.write(header_bytes())
+
+    def write(self, payload: bytes) -> None:
+        self._f.write(frame_bytes(payload))
+
+    def close(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class Loaded:
+    batches: list[Batch] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # one line each, naming file and offset
+    bad_frames: int = 0
+    truncated: bool = False
+    files: list[str] = field(default_factory=list)
+
+
+def read_trace(path: str | os.PathLike, into: Loaded | None = None) -> Loaded:
+    """Read one trace file. Frames that fail to decode are counted and skipped; a
+    length that cannot be right, or a cut-off tail, ends the read with a note."""
+    out = into if into is not None else Loaded()
+    path = str(path)
+    out.files.append(path)
+    data = Path(path).read_bytes()
+    if len(data) < HEADER.size:
+        raise TraceError(f"{path}: {len(data)} bytes, too short to be a commviz trace")
+    magic, version, _ = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise TraceError(f"{path}: not a commviz trace (starts with {magic!r}, expected {MAGIC!r})")
+    if version > FORMAT_VERSION:
+        raise TraceError(
+            f"{path}: trace format {version} is newer than this commviz reads ({FORMAT_VERSION}); "
+            "upgrade commviz (pip install -U commviz)"
+        )
+    off = HEADER.size
+    end = len(data)
+    while off < end:
+        if end - off < LEN.size:
+            out.truncated = True
+            out.problems.append(f"{path}: truncated at offset {off}: {end - off} stray bytes after the last whole frame")
+            break
+        (n,) = LEN.unpack_from(data, off)
+        if n > MAX_FRAME:
+            out.bad_frames += 1
+            out.problems.append(
+                f"{path}: offset {off}: frame length {n} exceeds the {MAX_FRAME}-byte limit; "
+                "the rest of the file is unreadable"
+            )
+            break
+        if off + LEN.size + n > end:
+            out.truncated = True
+            out.problems.append(
+                f"{path}: truncated at offset {off}: frame of {n} bytes, only {end - off - LEN.size} present "
+                "(the writer was probably killed); loaded everything before it"
+            )
+            break
+        payload = data[off + LEN.size : off + LEN.size + n]
+        try:
+            out.batches.append(decode_batch(payload))
+        except FrameError as exc:
+            out.bad_frames += 1
+            out.problems.append(f"{path}: offset {off}: {exc}")
+        off += LEN.size + n
+    return out
+
+
+def load(path: str | os.PathLike) -> Loaded:
+    """One trace file, or a directory of per-rank traces (COMMVIZ_TRACE_DIR)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob(f"*{SUFFIX}"))
+        if not files:
+            raise TraceError(f"{p}: no {SUFFIX} files (expected rank-<R>{SUFFIX} from COMMVIZ_TRACE_DIR)")
+        out = Loaded()
+        for f in files:
+            read_trace(f, out)
+        return out
+    if not p.exists():
+        raise TraceError(f"{p}: no such file or directory")
+    return read_trace(p)

@@ -1,0 +1,1 @@
+"""Textual dashboard (only `commviz.cli` imports this package)."""

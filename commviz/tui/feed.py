@@ -1,0 +1,262 @@
+"""What the dashboard reads from: a model, the lock that guards it and a clock.
+
+Pure of Textual so replay logic is unit-testable without a terminal. The live feed
+(transport → model) and the replay feed (trace file → model) both satisfy `Feed`; the
+app only ever calls `advance()`, takes `lock` to copy a snapshot, and asks `now_ns()`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Iterable, Protocol, runtime_checkable
+
+from commviz.events import Batch, Event, Hello, OpEnd, OpStart
+from commviz.model.state import Model
+
+MIN_SPEED = 0.25
+MAX_SPEED = 16.0
+
+
+@runtime_checkable
+class Feed(Protocol):
+    lock: threading.Lock  # guards model; hold it only while copying a snapshot
+    model: Model
+
+    def now_ns(self) -> int:
+        """The clock the view uses: wall ns live, trace wall ns in replay."""
+        ...
+
+    def status(self) -> str:
+        """One line: where it listens / which file, counts, errors."""
+        ...
+
+    def advance(self) -> None:
+        """Called by the app on every refresh tick (replay feeds events up to now)."""
+        ...
+
+
+def order_events(batches: Iterable[Batch]) -> list[tuple[int, int, Event]]:
+    """All events of all batches as (trace wall ns, rank, event), sorted by time (stable).
+
+    A timed event's trace time is `t` plus its rank's Hello offset (wall_ns - mono_ns);
+    a Hello's own time is its wall_ns. Events without `t` (GroupDef) take the time of the
+    event before them from the same rank (or the next one, if they come first), so they
+    are applied as soon as they are reached. Each rank's times are made non-decreasing,
+    so a rank's events are always applied in the order the rank sent them, even if its
+    clock offset moved between two hellos.
+    """
+    batches = list(batches)
+    offset: dict[int, int] = {}
+    # Events sent before a rank's first Hello (unusual) still use that Hello's offset.
+    for b in batches:
+        for ev in b.events:
+            if isinstance(ev, Hello) and b.rank not in offset:
+                offset[b.rank] = ev.wall_ns - ev.mono_ns
+    items: list[list] = []
+    last: dict[int, int] = {}
+    waiting: dict[int, list[int]] = {}  # rank -> indices of untimed events seeking a time
+    for b in batches:
+        r = b.rank
+        for ev in b.events:
+            if isinstance(ev, Hello):
+                offset[r] = ev.wall_ns - ev.mono_ns
+                t = ev.wall_ns
+            else:
+                raw = getattr(ev, "t", None)
+                t = None if raw is None else raw + offset.get(r, 0)
+            prev = last.get(r)
+            if t is None:
+                t = prev
+            elif prev is not None and t < prev:
+                t = prev
+            if t is None:
+                waiting.setdefault(r, []).append(len(items))
+                items.append([None, r, ev])
+                continue
+            for j in waiting.pop(r, ()):
+                items[j][0] = t
+            last[r] = t
+            items.append([t, r, ev])
+    if waiting:
+        # Ranks that sent only untimed events: apply them at the very start.
+        known = [it[0] for it in items if it[0] is not None]
+        t0 = min(known) if known else 0
+        for idx in waiting.values():
+            for j in idx:
+                items[j][0] = t0
+    items.sort(key=lambda it: it[0])
+    return [(t, r, ev) for t, r, ev in items]
+
+
+class ReplayFeed:
+    """Replays a recorded trace into its own Model, at a speed, with pause/step/seek.
+
+    The replay position (`now_ns()`, trace wall-clock ns) moves only in `advance()`,
+    by the time that passed on `clock` (seconds, monotonic) times the speed, and every
+    event whose trace time is at or before the position is then in the model: the model
+    is always exactly the trace's state at `now_ns()`. The position stops at the last
+    event's time (`done`).
+    """
+
+    def __init__(
+        self,
+        batches: list[Batch],
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        speed: float = 1.0,
+        paused: bool = False,
+        name: str = "trace",
+        model: Model | None = None,
+    ) -> None:
+        self.lock = threading.Lock()
+        self.model = model if model is not None else Model()
+        self.name = name
+        self._clock = clock
+        self._events = order_events(batches)
+        self._times = [t for t, _, _ in self._events]
+        self.start_ns = self._times[0] if self._times else 0
+        self.end_ns = self._times[-1] if self._times else 0
+        self._i = 0
+        self._pos = self.start_ns
+        self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        self._paused = paused
+        self._anchor = clock()
+
+    # ----------------------------------------------------------------- Feed
+
+    def now_ns(self) -> int:
+        return self._pos
+
+    def advance(self) -> None:
+        self._sync()
+        if not self._paused:
+            self._apply_until(self._pos)
+
+    def status(self) -> str:
+        if self.done:
+            state = "■ end"
+        elif self._paused:
+            state = "⏸ paused"
+        else:
+            state = "▶ playing"
+        s = (
+            f"replay {self.name} · {state} {self._speed:g}× · {self.fraction:.0%}"
+            f" · {self._i}/{len(self._events)} events"
+        )
+        if self.model.decode_errors:
+            s += f" · {self.model.decode_errors} unreadable: {self.model.last_decode_error}"
+        return s
+
+    # ------------------------------------------------------------- controls
+
+    @property
+    def speed(self) -> float:
+        return self._speed
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def done(self) -> bool:
+        return self._i >= len(self._events)
+
+    @property
+    def position(self) -> int:
+        """Index of the next event to apply (== number of events applied)."""
+        return self._i
+
+    @property
+    def total(self) -> int:
+        return len(self._events)
+
+    @property
+    def fraction(self) -> float:
+        span = self.end_ns - self.start_ns
+        if span <= 0:
+            return 1.0 if self.done else 0.0
+        return min(1.0, max(0.0, (self._pos - self.start_ns) / span))
+
+    def set_speed(self, speed: float) -> None:
+        self._sync()
+        self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+
+    def faster(self) -> None:
+        self.set_speed(self._speed * 2)
+
+    def slower(self) -> None:
+        self.set_speed(self._speed / 2)
+
+    def pause(self) -> None:
+        if self._paused:
+            return
+        self._sync()
+        self._apply_until(self._pos)  # the model is exactly the trace at the position
+        self._paused = True
+
+    def resume(self) -> None:
+        if not self._paused:
+            return
+        self._sync()
+        self._paused = False
+
+    def toggle_pause(self) -> None:
+        if self._paused:
+            self.resume()
+        else:
+            self.pause()
+
+    def step(self) -> Event | None:
+        """Pause, then apply events up to and including the next OpStart/OpEnd (the
+        Hello/GroupDef/… before it come along). Returns that op event, or None at the end."""
+        self.pause()
+        with self.lock:
+            while self._i < len(self._events):
+                t, rank, ev = self._events[self._i]
+                self.model.ingest(rank, ev)
+                self._i += 1
+                if t > self._pos:
+                    self._pos = t
+                if isinstance(ev, (OpStart, OpEnd)):
+                    return ev
+        return None
+
+    def seek(self, fraction: float) -> None:
+        """Rebuild the model from scratch up to `fraction` (0..1) of the trace's time."""
+        fraction = min(1.0, max(0.0, float(fraction)))
+        target = self.start_ns + round(fraction * (self.end_ns - self.start_ns))
+        self._anchor = self._clock()
+        with self.lock:
+            self.model.reset()
+            self._i = 0
+            self._pos = target
+            self._apply_locked(target)
+
+    def seek_by(self, delta: float) -> None:
+        self.seek(self.fraction + delta)
+
+    # ------------------------------------------------------------- internals
+
+    def _sync(self) -> None:
+        """Move the position by the clock time since the last sync (if playing)."""
+        now = self._clock()
+        if not self._paused:
+            self._pos += round((now - self._anchor) * 1e9 * self._speed)
+            if self._pos > self.end_ns:
+                self._pos = self.end_ns
+        self._anchor = now
+
+    def _apply_until(self, t: int) -> None:
+        if self._i < len(self._events) and self._times[self._i] <= t:
+            with self.lock:
+                self._apply_locked(t)
+
+    def _apply_locked(self, t: int) -> None:
+        events, times, model = self._events, self._times, self.model
+        i, n = self._i, len(events)
+        while i < n and times[i] <= t:
+            _, rank, ev = events[i]
+            model.ingest(rank, ev)
+            i += 1
+        self._i = i

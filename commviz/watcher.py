@@ -1,0 +1,109 @@
+"""The watcher's live source: a transport server feeding one model, optionally
+recording every valid frame to a trace file. The model is guarded by one lock,
+held only to ingest a batch or copy a snapshot."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+from commviz.events import Batch
+from commviz.model import Model
+from commviz.trace.file import TraceWriter
+from commviz.transport.server import Server
+
+LIVENESS_EVERY_S = 0.5
+
+
+class LiveFeed:
+    def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0) -> None:
+        self.lock = threading.Lock()
+        self.model = Model(hang_after_s=hang_after_s)
+        self.writer = TraceWriter(record_to) if record_to else None
+        self.errors: list[str] = []
+        self.host = socket.gethostname()
+        self.started = time.monotonic()
+        self.server = Server(addr, self._on_batch, self._on_error)
+        self.addr = self.server.addr
+        self._stop = threading.Event()
+        self._liveness = threading.Thread(target=self._watch_pids, name="commviz-liveness", daemon=True)
+
+    def start(self) -> "LiveFeed":
+        self.server.start()
+        self._liveness.start()
+        return self
+
+    def _on_batch(self, batch: Batch, payload: bytes) -> None:
+        with self.lock:
+            if self.writer is not None:
+                self.writer.write(payload)
+            self.model.ingest_batch(batch)
+
+    def _on_error(self, peer: str, message: str) -> None:
+        line = f"from {peer}: {message}"
+        with self.lock:
+            self.model.note_decode_error(line)
+            self.errors.append(line)
+            del self.errors[:-100]
+
+    def _watch_pids(self) -> None:
+        """A rank on this host whose process is gone without a goodbye is dead."""
+        while not self._stop.wait(LIVENESS_EVERY_S):
+            with self.lock:
+                candidates = [
+                    (r.rank, r.hello.pid)
+                    for r in self.model.ranks.values()
+                    if r.hello is not None and r.hello.host == self.host and r.status not in ("exited", "dead")
+                ]
+            for rank, pid in candidates:
+                if not _pid_alive(pid):
+                    with self.lock:
+                        r = self.model.ranks.get(rank)
+                        # Re-check under the lock: its goodbye may just have arrived.
+                        if r is not None and r.hello is not None and r.hello.pid == pid:
+                            self.model.mark_gone(rank, "process ended without a goodbye")
+
+    # Feed protocol (read by the TUI) ------------------------------------
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+    def advance(self) -> None:
+        pass
+
+    def status(self) -> str:
+        m = self.model
+        bits = [f"listening on {self.addr}", f"{len(m.ranks)} ranks", f"{m.events} events"]
+        if m.decode_errors:
+            bits.append(f"{m.decode_errors} bad frames")
+        return " · ".join(bits)
+
+    def all_exited(self) -> bool:
+        with self.lock:
+            rs = self.model.ranks.values()
+            return bool(rs) and all(r.status in ("exited", "dead") for r in rs)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.server.close()
+        with self.lock:
+            if self.writer is not None:
+                self.writer.close()
+                self.writer = None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True

@@ -1,0 +1,200 @@
+"""ReplayFeed: ordering, speed, pause/step/seek on a fake clock, full-replay contents."""
+
+from __future__ import annotations
+
+from commviz.events import SCHEMA_VERSION, Batch, GroupDef, Hello, OpEnd, OpStart
+from commviz.model.state import Model
+from commviz.tui.feed import Feed, ReplayFeed, order_events
+
+from .helpers import MS, WALL0, FakeClock, hello, two_rank_trace
+
+
+def labels(feed_or_events) -> list[tuple[int, int, str]]:
+    """(ms after WALL0, rank, kind[id]) for each ordered event."""
+    out = []
+    for t, rank, ev in feed_or_events:
+        kind = type(ev).__name__
+        if isinstance(ev, (OpStart, OpEnd)):
+            kind += str(ev.id)
+        out.append(((t - WALL0) // MS, rank, kind))
+    return out
+
+
+def test_order_uses_each_ranks_hello_offset_and_is_stable():
+    evs = order_events(two_rank_trace(n_ops=2))
+    assert labels(evs) == [
+        (0, 0, "Hello"),
+        (0, 0, "GroupDef"),  # untimed: applied right when reached
+        (5, 1, "Hello"),
+        (5, 1, "GroupDef"),
+        (10, 0, "OpStart0"),
+        (11, 1, "OpStart0"),
+        (14, 0, "OpEnd0"),  # tie at 14 ms: input order (rank 0's batches first)
+        (14, 1, "OpEnd0"),
+        (20, 0, "OpStart1"),
+        (21, 1, "OpStart1"),
+        (24, 0, "OpEnd1"),
+        (24, 1, "OpEnd1"),
+    ]
+
+
+def test_order_untimed_before_hello_and_rank_order_kept():
+    # GroupDef before the rank's Hello takes the Hello's time; an event stamped before
+    # the Hello (clock skew) is kept after it rather than reordered.
+    evs = [
+        GroupDef("g0", [0], "gloo"),
+        hello(0, mono_ns=1000, wall_ns=WALL0 + 10 * MS, world_size=1),
+        OpStart(id=0, t=1000 - 5 * MS, op="barrier", group="g0", seq=0, bytes=0),
+        OpEnd(id=0, t=1000 + 2 * MS),
+    ]
+    out = labels(order_events([Batch(SCHEMA_VERSION, 0, evs)]))
+    assert out == [(10, 0, "GroupDef"), (10, 0, "Hello"), (10, 0, "OpStart0"), (12, 0, "OpEnd0")]
+
+
+def test_protocol_and_initial_state():
+    clock = FakeClock()
+    feed = ReplayFeed(two_rank_trace(), clock=clock)
+    assert isinstance(feed, Feed)
+    assert feed.now_ns() == WALL0 == feed.start_ns
+    assert feed.end_ns == WALL0 + 34 * MS
+    assert feed.model.events == 0  # nothing applied before the first advance
+    feed.advance()
+    assert feed.model.events == 2  # rank 0's Hello + GroupDef, at the start time
+    assert not feed.done and not feed.paused and feed.speed == 1.0
+    assert "replay trace" in feed.status() and "2/16 events" in feed.status()
+
+
+def test_speed_scales_trace_time_and_is_clamped():
+    clock = FakeClock()
+    feed = ReplayFeed(two_rank_trace(), clock=clock)
+    feed.advance()
+    clock.tick(0.010)  # 10 ms at 1x
+    feed.advance()
+    assert feed.now_ns() == WALL0 + 10 * MS
+    assert feed.position == 5  # hellos, groupdefs, rank 0's first start
+    feed.set_speed(0.5)
+    clock.tick(0.008)  # 4 ms of trace at 0.5x
+    feed.advance()
+    assert feed.now_ns() == WALL0 + 14 * MS
+    assert feed.position == 8  # both ends at 14 ms are in
+    feed.set_speed(100)
+    assert feed.speed == 16.0
+    feed.set_speed(0.01)
+    assert feed.speed == 0.25
+    feed.set_speed(1)
+    feed.faster()
+    assert feed.speed == 2.0
+    feed.slower()
+    feed.slower()
+    assert feed.speed == 0.5
+    # Running past the end stops at the last event.
+    clock.tick(10.0)
+    feed.advance()
+    assert feed.done and feed.now_ns() == feed.end_ns and feed.fraction == 1.0
+    assert "end" in feed.status()
+
+
+def test_pause_freezes_position_and_resume_does_not_jump():
+    clock = FakeClock()
+    feed = ReplayFeed(two_rank_trace(), clock=clock)
+    feed.advance()
+    clock.tick(0.012)
+    feed.pause()  # the model catches up to the pause position
+    assert feed.now_ns() == WALL0 + 12 * MS and feed.position == 6
+    clock.tick(5.0)
+    feed.advance()
+    assert feed.now_ns() == WALL0 + 12 * MS and feed.position == 6
+    assert "paused" in feed.status()
+    feed.resume()
+    clock.tick(0.002)
+    feed.advance()
+    assert feed.now_ns() == WALL0 + 14 * MS and feed.position == 8
+    feed.toggle_pause()
+    assert feed.paused
+    feed.toggle_pause()
+    assert not feed.paused
+
+
+def test_step_applies_exactly_the_next_op_event():
+    clock = FakeClock()
+    feed = ReplayFeed(two_rank_trace(n_ops=1), clock=clock)
+    ev = feed.step()  # Hello/GroupDef of both ranks come along with the first OpStart
+    assert feed.paused
+    assert isinstance(ev, OpStart) and ev.id == 0
+    assert feed.position == 5 and feed.now_ns() == WALL0 + 10 * MS
+    assert feed.model.rank_rows(feed.now_ns())[0]["status"] == "waiting"
+    clock.tick(1.0)
+    feed.advance()  # paused: nothing moves
+    assert feed.position == 5
+    # Two ends share the 14 ms stamp: each step takes exactly one.
+    kinds = []
+    while (ev := feed.step()) is not None:
+        kinds.append((type(ev).__name__, feed.position, (feed.now_ns() - WALL0) // MS))
+    assert kinds == [("OpStart", 6, 11), ("OpEnd", 7, 14), ("OpEnd", 8, 14)]
+    assert feed.done and feed.step() is None
+    assert feed.model.summary()["ops"][0]["count"] == 1
+
+
+def test_seek_rebuilds_from_scratch():
+    clock = FakeClock()
+    feed = ReplayFeed(two_rank_trace(), clock=clock)
+    feed.seek(1.0)
+    assert feed.done and feed.model.events == 16
+    assert feed.model.summary()["ops"][0]["count"] == 3
+    feed.seek(0.5)  # 17 ms: ops 0 complete, nothing else started
+    assert feed.now_ns() == WALL0 + 17 * MS
+    assert feed.position == 8 and feed.model.events == 8 and not feed.done
+    assert feed.model.summary()["ops"][0]["count"] == 1
+    feed.seek_by(-10)  # clamped to the start
+    assert feed.fraction == 0.0 and feed.model.events == 2
+    feed.seek_by(0.5)
+    assert feed.position == 8
+    # Seeking does not start a paused replay, nor pause a playing one.
+    feed.pause()
+    feed.seek(0.0)
+    clock.tick(1.0)
+    feed.advance()
+    assert feed.position == 2
+
+
+def test_full_replay_matches_direct_ingest_exactly():
+    batches = two_rank_trace(n_ops=3, nbytes=4096)
+    clock = FakeClock()
+    feed = ReplayFeed(batches, clock=clock, name="run.cvz")
+    feed.advance()
+    for _ in range(10):
+        clock.tick(0.005)
+        feed.advance()
+    assert feed.done
+    direct = Model()
+    for b in batches:
+        direct.ingest_batch(b)
+    now = feed.now_ns()
+    assert feed.model.summary(now) == direct.summary(now)
+    assert feed.model.rank_rows(now) == direct.rank_rows(now)
+    s = feed.model.summary(now)
+    assert s["world_size"] == 2 and s["backend"] == "gloo"
+    assert [r["status"] for r in s["ranks"]] == ["ok", "ok"]
+    (op,) = s["ops"]
+    assert (op["op"], op["group"], op["count"], op["bytes"]) == ("all_reduce", "g0", 3, 3 * 4096)
+    # Instance time is the shortest rank-side duration: rank 1 arrived last (3 ms).
+    assert op["p50_us"] == op["p99_us"] == 3000.0
+    assert s["per_rank"][1]["ops"] == {"all_reduce": {"count": 3, "bytes": 3 * 4096}}
+    assert "run.cvz" in feed.status() and "100%" in feed.status()
+
+
+def test_empty_trace():
+    feed = ReplayFeed([], clock=FakeClock())
+    feed.advance()
+    assert feed.done and feed.now_ns() == 0 and feed.step() is None
+    feed.seek(0.5)
+    assert feed.model.events == 0
+    assert "0/0 events" in feed.status()
+
+
+def test_hello_only_trace_is_applied_at_its_wall_time():
+    h = hello(0, mono_ns=5, wall_ns=WALL0, world_size=1)
+    feed = ReplayFeed([Batch(SCHEMA_VERSION, 0, [h])], clock=FakeClock())
+    feed.advance()
+    assert feed.done and feed.now_ns() == WALL0
+    assert isinstance(feed.model.ranks[0].hello, Hello)
