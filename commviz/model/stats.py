@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 # Exact percentiles up to this many samples per row, then uniform reservoir sampling,
@@ -45,7 +46,7 @@ class OpStats:
         if not self._samples:
             return 0.0
         s = sorted(self._samples)
-        k = max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))
+        k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
         return s[k] / 1e3
 
     def algbw_gbps(self) -> float:

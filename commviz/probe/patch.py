@@ -104,8 +104,11 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
         try:
             rec = probe.begin(spec, am, args, kwargs)
         except Exception as exc:
+            # If torch rejects the call too, the arguments were bad: the user gets
+            # torch's own exception and it is not our internal error.
+            result = orig(*args, **kwargs)
             health.internal(spec.name, exc)
-            rec = None
+            return result
         if rec is None:
             return orig(*args, **kwargs)
         tls.depth = 1

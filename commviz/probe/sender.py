@@ -140,6 +140,10 @@ class Sender:
 
     def flush(self, final: list | None = None) -> None:
         events = self._drain()
+        if final is not None:
+            # The goodbye counts what the watcher will not have got, this batch included.
+            undelivered = self.health.dropped + self.backlog_events + (0 if self.connected else len(events) + 2)
+            final = [Goodbye(f.t, undelivered, f.reason) if isinstance(f, Goodbye) else f for f in final]
         now = time.monotonic()
         if final is not None or now - self._last_counters >= COUNTERS_EVERY_S:
             self._last_counters = now

@@ -187,10 +187,14 @@ class WatchApp(App):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        ranks = self.query_one("#ranks", DataTable)
+        # Keep references: the refresh timer can fire once more while the app shuts
+        # down, after the widgets left the DOM (a query would raise NoMatches then).
+        self._status = self.query_one("#status", Static)
+        self._empty = self.query_one("#empty", Static)
+        self._ranks = ranks = self.query_one("#ranks", DataTable)
+        self._ops = ops = self.query_one("#ops", DataTable)
         for key, label, right in RANK_COLUMNS:
             ranks.add_column(_r(label) if right else label, key=key)
-        ops = self.query_one("#ops", DataTable)
         for key, label, right in OP_COLUMNS:
             ops.add_column(_r(label) if right else label, key=key)
         self.refresh_view()
@@ -216,14 +220,13 @@ class WatchApp(App):
             }
             if not self.frozen:
                 rank_rows = m.rank_rows(now)
-                op_rows = m.summary(now)["ops"]
+                op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
         self._update_status(feed.status(), info, now)
         if self.frozen:
             return
         empty = info["nranks"] == 0
-        self.query_one("#empty").display = empty
-        ranks = self.query_one("#ranks", DataTable)
-        ops = self.query_one("#ops", DataTable)
+        self._empty.display = empty
+        ranks, ops = self._ranks, self._ops
         ranks.display = ops.display = not empty
         sync_table(ranks, RANK_COLUMNS, [(str(r["rank"]), rank_cells(r)) for r in rank_rows], _sort_ranks)
         sync_table(
@@ -246,7 +249,7 @@ class WatchApp(App):
         t.append(f" · {format_count(info['events'])} events")
         if info["start"] is not None:
             t.append(f" · elapsed {format_seconds(max(0, now - info['start']) / 1e9)}")
-        self.query_one("#status", Static).update(t)
+        self._status.update(t)
 
     # ----------------------------------------------------------------- actions
 

@@ -1,0 +1,21 @@
+"""Event builders shared by the unit tests."""
+
+from commviz.events import GroupDef, Hello, OpEnd, OpStart
+
+WALL0 = 1_700_000_000_000_000_000
+
+
+def hello(rank: int, world: int = 2, pid: int | None = None, job: str = "job", mono: int = 0, host: str = "h", wall: int | None = None) -> Hello:
+    return Hello(
+        rank=rank, local_rank=rank, world_size=world, host=host, pid=pid if pid is not None else 1000 + rank,
+        backend="gloo", device="cpu", torch_version="2.13.0", commviz_version="0.1.0", job=job,
+        mono_ns=mono, wall_ns=WALL0 + mono if wall is None else wall,
+    )
+
+
+def group(gid: str = "0", ranks=(0, 1)) -> GroupDef:
+    return GroupDef(gid, list(ranks), "gloo")
+
+
+def op(op_id: int, t0: int, t1: int, name: str = "all_reduce", gid: str = "0", seq: int = 0, nbytes: int = 4096, **kw):
+    return [OpStart(op_id, t0, name, gid, seq, nbytes, "float32", [nbytes // 4], **kw), OpEnd(op_id, t1)]

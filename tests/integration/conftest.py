@@ -1,0 +1,35 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
+
+
+def torchrun(nproc: int, *args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
+
+
+def commviz(*args: str) -> list[str]:
+    return [sys.executable, "-m", "commviz.cli", *args]
+
+
+def run(cmd, env=None, timeout=120, cwd=REPO) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.run(cmd, env=full_env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        sys.stderr.write(p.stdout[-4000:] + p.stderr[-4000:])
+    return p
+
+
+@pytest.fixture
+def isolated_env(tmp_path, monkeypatch):
+    """Keep ranks from talking to a watcher the developer may have running."""
+    sock_dir = tmp_path / "sock"
+    sock_dir.mkdir(mode=0o700)
+    monkeypatch.setenv("COMMVIZ_ADDR", f"ipc://{sock_dir}/nobody.sock")
+    monkeypatch.delenv("COMMVIZ_TRACE_DIR", raising=False)
+    return tmp_path

@@ -1,0 +1,56 @@
+"""The wire schema: round trips, and clear errors for anything else."""
+
+import msgspec
+import pytest
+
+from commviz.events import (
+    SCHEMA_VERSION,
+    Batch,
+    FrameError,
+    Goodbye,
+    GroupDef,
+    OpEnd,
+    OpStart,
+    decode_batch,
+    encode_batch,
+)
+from tests.helpers import hello
+
+
+def test_round_trip_keeps_every_field():
+    evs = [
+        hello(0),
+        GroupDef("0", [0, 1], "gloo", "default_pg"),
+        OpStart(1, 100, "send", "0", 0, 4096, "float32", [1024], peer=1, is_async=True),
+        OpEnd(1, 200, error="RuntimeError: boom", bytes=8, peer=1),
+        Goodbye(300, dropped=2),
+    ]
+    b = decode_batch(encode_batch(3, evs))
+    assert b.rank == 3 and b.schema == SCHEMA_VERSION
+    assert b.events == evs
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\x00", b"garbage that is not msgpack", msgspec.msgpack.encode({"a": 1}), msgspec.msgpack.encode([1, 2])],
+)
+def test_garbage_is_a_frame_error(payload):
+    with pytest.raises(FrameError, match="undecodable frame"):
+        decode_batch(payload)
+
+
+def test_wrong_field_type_is_rejected():
+    bad = msgspec.msgpack.encode([SCHEMA_VERSION, 0, [["start", "not-an-int", 1, "x", "0", 0, 0]]])
+    with pytest.raises(FrameError, match="Expected `int`"):
+        decode_batch(bad)
+
+
+def test_newer_schema_says_to_upgrade():
+    newer = msgspec.msgpack.encode(Batch(SCHEMA_VERSION + 1, 0, []))
+    with pytest.raises(FrameError, match="upgrade commviz"):
+        decode_batch(newer)
+
+
+def test_negative_rank_is_rejected():
+    with pytest.raises(FrameError, match="negative rank"):
+        decode_batch(encode_batch(-1, []))

@@ -1,0 +1,132 @@
+"""The watcher's socket: receives from ranks, survives garbage, stays private."""
+
+import os
+import stat
+import time
+
+import pytest
+import zmq
+
+from commviz.events import encode_batch
+from commviz.transport.address import AddressError, check_private_dir, is_loopback, parse
+from commviz.transport.client import Client
+from commviz.transport.server import Server
+from tests.helpers import hello
+
+
+def wait_for(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def sockdir(tmp_path):
+    d = tmp_path / "commviz-test"
+    d.mkdir(mode=0o700)
+    return d
+
+
+def make_server(addr):
+    got, errors = [], []
+    s = Server(addr, lambda b, raw: got.append(b), lambda peer, msg: errors.append((peer, msg))).start()
+    return s, got, errors
+
+
+def test_batches_arrive_and_garbage_is_counted_by_peer(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    server, got, errors = make_server(addr)
+    try:
+        assert stat.S_IMODE(os.stat(sockdir / "w.sock").st_mode) == 0o600
+        c = Client(addr, identity=b"rank0-pid1")
+        assert wait_for(lambda: c.send(encode_batch(0, [hello(0)])))
+        assert wait_for(lambda: len(got) == 1)
+        # garbage from a raw zmq peer: counted, named, and the server carries on
+        ctx = zmq.Context.instance()
+        raw = ctx.socket(zmq.DEALER)
+        raw.setsockopt(zmq.IDENTITY, b"intruder")
+        raw.connect(addr)
+        raw.send(b"\xc1\xc1 not msgpack")
+        raw.send_multipart([b"two", b"parts"])
+        assert wait_for(lambda: len(errors) == 2)
+        assert errors[0][0] == "intruder" and "undecodable frame" in errors[0][1]
+        assert "2 parts" in errors[1][1] or "3 parts" in errors[1][1]
+        assert c.send(encode_batch(0, [hello(0)]))
+        assert wait_for(lambda: len(got) == 2)
+        assert server.bad_frames == 2
+        raw.close(0)
+        c.close()
+    finally:
+        server.close()
+    assert not (sockdir / "w.sock").exists()
+
+
+def test_oversized_frames_do_not_reach_the_decoder(sockdir, monkeypatch):
+    import commviz.transport.server as srv
+
+    monkeypatch.setattr(srv, "MAX_FRAME", 1024)
+    addr = f"ipc://{sockdir}/w.sock"
+    server, got, errors = make_server(addr)
+    try:
+        c = Client(addr, identity=b"flood")
+        assert wait_for(lambda: c.send(b"x" * 4096))
+        time.sleep(0.3)
+        assert got == [] and errors == []
+        c.close()
+    finally:
+        server.close()
+
+
+def test_second_watcher_on_the_same_socket_is_refused(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    server, _, _ = make_server(addr)
+    try:
+        with pytest.raises(AddressError, match="another commviz watcher"):
+            Server(addr, lambda b, r: None, lambda p, m: None)
+    finally:
+        server.close()
+
+
+def test_stale_socket_file_is_replaced(sockdir):
+    import socket
+
+    path = sockdir / "w.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    s.close()  # bound, never listening: what a crashed watcher leaves behind
+    server, _, _ = make_server(f"ipc://{path}")
+    server.close()
+
+
+def test_private_dir_checks(tmp_path):
+    d = tmp_path / "commviz-x"
+    d.mkdir(mode=0o755)
+    with pytest.raises(AddressError, match="chmod 700"):
+        check_private_dir(str(d))
+    os.chmod(d, 0o700)
+    check_private_dir(str(d))
+
+
+def test_address_parsing():
+    assert parse("ipc:///tmp/x.sock") == ("ipc", "/tmp/x.sock")
+    assert parse("tcp://127.0.0.1:5557") == ("tcp", "127.0.0.1:5557")
+    for bad in ("ipc://", "tcp://host", "http://x", "/tmp/x"):
+        with pytest.raises(AddressError):
+            parse(bad)
+    assert is_loopback("tcp://127.0.0.1:1") and is_loopback("tcp://localhost:1") and is_loopback("ipc:///x")
+    assert not is_loopback("tcp://0.0.0.0:1") and not is_loopback("tcp://10.1.2.3:1")
+
+
+def test_tcp_port_zero_reports_the_real_port():
+    server, got, _ = make_server("tcp://127.0.0.1:0")
+    try:
+        assert not server.addr.endswith(":0")
+        c = Client(server.addr, identity=b"r0")
+        assert wait_for(lambda: c.send(encode_batch(0, [hello(0)])))
+        assert wait_for(lambda: len(got) == 1)
+        c.close()
+    finally:
+        server.close()
