@@ -9,15 +9,18 @@ bytes rule is `inner`. A user's exception passes through unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
 
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
+from commviz.probe.core import dtype_name
 
 _lock = threading.Lock()
 _probe = None
+_patched: list[tuple[object, str, object, object]] = []  # (module, name, original, wrapper)
 
 
 class ArgMap:
@@ -66,8 +69,6 @@ class ArgMap:
 
     def payload(self, args, kwargs, n: int):
         """(bytes, dtype, shape, on_cuda) by the op's bytes rule."""
-        from commviz.probe.core import dtype_name
-
         rule = self.spec.bytes_rule
         if rule in (opcat.NONE, opcat.INNER):
             return 0, "", [], False
@@ -155,8 +156,23 @@ def _patch(c10d, dist, name: str, make) -> None:
         return
     wrapped = make(orig)
     setattr(c10d, name, wrapped)
+    _patched.append((c10d, name, orig, wrapped))
     if getattr(dist, name, None) is orig:
         setattr(dist, name, wrapped)
+        _patched.append((dist, name, orig, wrapped))
+
+
+@contextlib.contextmanager
+def suspended():
+    """Put torch's own functions back for the duration (benchmarks compare bare and
+    instrumented calls in one process this way)."""
+    for mod, name, orig, _ in _patched:
+        setattr(mod, name, orig)
+    try:
+        yield
+    finally:
+        for mod, name, _, wrapped in _patched:
+            setattr(mod, name, wrapped)
 
 
 def install(addr: str | None = None, trace_dir: str | None = None):

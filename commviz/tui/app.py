@@ -243,7 +243,7 @@ class WatchApp(App):
             t.append(f"world {info['world_size']}", style="bold")
             t.append(f" · {info['backend'] or '?'}")
             if info["job"]:
-                t.append(f" · job {info['job']}")
+                t.append(f" · job {short_job(info['job'])}")
         else:
             t.append("no job yet", style="dim")
         t.append(f" · {format_count(info['events'])} events")
@@ -284,3 +284,12 @@ class WatchApp(App):
 
     def action_seek(self, delta: float) -> None:
         self._replay_then_refresh(lambda rp: rp.seek_by(delta))
+
+
+def short_job(job: str) -> str:
+    """The job id is 'run_id:master_addr:master_port'; a uuid run id alone is enough
+    to tell jobs apart and fits the status line."""
+    run_id, _, where = job.partition(":")
+    if run_id and run_id != "none":
+        return run_id[:8]
+    return where.strip(":") or job
