@@ -1,0 +1,75 @@
+"""The command line: help that says what to do next, errors that name the fix."""
+
+import json
+
+import pytest
+
+from commviz.cli import main
+from commviz.events import encode_batch
+from commviz.trace.file import TraceWriter
+from tests.helpers import group, hello, op
+
+
+def trace(path, cut: int = 0):
+    w = TraceWriter(path)
+    for r in (0, 1):
+        w.write(encode_batch(r, [hello(r), group()]))
+        w.write(encode_batch(r, op(0, 0, 1000) + op(1, 2000, 2500, seq=1)))
+    w.close()
+    if cut:
+        path.write_bytes(path.read_bytes()[:-cut])
+
+
+def test_no_command_prints_help_with_next_steps(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert "commviz demo" in out and "commviz record" in out
+
+
+def test_summary_json(tmp_path, capsys):
+    p = tmp_path / "t.cvz"
+    trace(p)
+    assert main(["summary", str(p), "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["ops"][0]["count"] == 2 and s["ops"][0]["bytes"] == 8192
+    assert set(s) >= {"world_size", "backend", "ranks", "ops", "per_rank", "diagnoses"}
+    # no goodbye in the file: the ranks did not exit cleanly
+    assert {r["status"] for r in s["ranks"]} == {"dead"}
+
+
+def test_summary_of_a_cut_off_trace_says_so(tmp_path, capsys):
+    p = tmp_path / "t.cvz"
+    trace(p, cut=3)
+    assert main(["summary", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "note:" in out and "truncated at offset" in out
+    assert "all_reduce" in out
+
+
+def test_summary_of_not_a_trace_names_the_problem(tmp_path, capsys):
+    p = tmp_path / "x.cvz"
+    p.write_text("hello")
+    assert main(["summary", str(p)]) == 2
+    assert "too short to be a commviz trace" in capsys.readouterr().err
+
+
+def test_record_without_a_command_shows_an_example(tmp_path, capsys):
+    assert main(["record", "-o", str(tmp_path / "t.cvz")]) == 2
+    assert "commviz record -o t.cvz -- torchrun" in capsys.readouterr().err
+
+
+def test_record_with_a_missing_program(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    assert main(["record", "-o", str(tmp_path / "t.cvz"), "--", "no-such-program-xyz"]) == 2
+    assert "command not found: no-such-program-xyz" in capsys.readouterr().err
+
+
+def test_commands_that_take_no_job(capsys):
+    assert main(["summary", "x", "--", "torchrun"]) == 2
+    assert "takes no command" in capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and "commviz 0.1.0" in capsys.readouterr().out
