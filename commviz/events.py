@@ -62,6 +62,9 @@ class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True):
     root: int = -1
     is_async: bool = False
     reduce_op: str = ""
+    batched: bool = False  # one P2POp of a batch_isend_irecv
+    bucket: int = -1  # DDP gradient bucket index (op "ddp_bucket")
+    params: int = 0  # parameters in that bucket
 
 
 class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):

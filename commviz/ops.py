@@ -13,6 +13,7 @@ from dataclasses import dataclass
 TENSOR = "tensor"  # nbytes of the tensor argument
 TENSOR_LIST = "tensor_list"  # sum of nbytes over a list of tensors
 TENSOR_TIMES_N = "tensor_times_n"  # nbytes of one chunk × group size (gathered/scattered total)
+TENSOR_LIST_TIMES_N = "tensor_list_times_n"  # sum over a list of chunks × group size
 INNER = "inner"  # sum of the public calls torch makes inside (object collectives)
 NONE = "none"  # moves no payload (barrier)
 
@@ -65,7 +66,7 @@ CATALOGUE: dict[str, OpSpec] = {
         _c("all_gather_into_tensor", TENSOR, "output_tensor", SPREAD),
         _c("all_gather_single", TENSOR, "output_tensor", SPREAD),
         _c("_all_gather_base", TENSOR, "output_tensor", SPREAD),
-        _c("all_gather_coalesced", TENSOR_LIST, "input_tensor_list", SPREAD),
+        _c("all_gather_coalesced", TENSOR_LIST_TIMES_N, "input_tensor_list", SPREAD),
         _c("gather", TENSOR_TIMES_N, "tensor", SPREAD, root_arg="dst", group_root_arg="group_dst"),
         _c("scatter", TENSOR_TIMES_N, "tensor", SPREAD, root_arg="src", group_root_arg="group_src"),
         _c("reduce_scatter", TENSOR_LIST, "input_list", SPREAD, reduce_arg="op"),

@@ -27,6 +27,7 @@ class _TLS(threading.local):
     depth = 0  # > 0 while inside a wrapped call: nested public calls are not events
     want_inner = False
     inner_bytes = 0
+    coalesced = None  # list collecting ops issued inside _coalescing_manager
 
 
 class GroupInfo:
@@ -96,6 +97,7 @@ class Probe:
         self.rank = -1
         self._start_lock = threading.Lock()
         self._track_mode: dict[tuple[str, str], str] = {}
+        self.late_patches: list = []  # run once torch is fully imported (probe start)
         self.waiters = Waiters(self._work_done)
         try:
             self.waiters.install(c10d.Work)
@@ -128,6 +130,12 @@ class Probe:
                              self.cfg.flush_interval_s)
         self.sender.start()
         self.started = True
+        for patch in self.late_patches:
+            try:
+                patch()
+            except Exception as exc:
+                self.health.internal("late patch", exc)
+        self.late_patches.clear()
         atexit.register(self.shutdown)
 
     def _hello(self, rank: int, world: int, backend: str) -> Hello:
@@ -220,12 +228,9 @@ class Probe:
         peer = root = -1
         if spec.kind == opcat.P2P:
             peer = am.rooted(args, kwargs, g)
-            key = (0 if spec.direction == "send" else 1, peer)
-            seq = g.p2p_seq.get(key, 0)
-            g.p2p_seq[key] = seq + 1
+            seq = self.next_seq(g, spec.direction, peer)
         else:
-            seq = g.seq
-            g.seq = seq + 1
+            seq = self.next_seq(g)
             if spec.root_arg:
                 root = am.rooted(args, kwargs, g)
         red = am.reduce_op(args, kwargs)
@@ -236,6 +241,51 @@ class Probe:
                    reduce_name(red) if red is not None else ""))
         return Rec(op_id, spec.name, t0, peer, cuda, g.backend)
 
+    def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
+        if direction:
+            key = (0 if direction == "send" else 1, peer)
+            seq = g.p2p_seq.get(key, 0)
+            g.p2p_seq[key] = seq + 1
+            return seq
+        seq = g.seq
+        g.seq = seq + 1
+        return seq
+
+    def begin_p2pop(self, p2p) -> Rec | None:
+        """One P2POp of a batch_isend_irecv: its own event, marked batched."""
+        if not self.started and not self.ensure_started():
+            return None
+        g = self.group_info(p2p.group)
+        if g is None:
+            return None
+        name = "isend" if getattr(p2p.op, "__name__", "") == "isend" else "irecv"
+        t = p2p.tensor
+        peer = int(p2p.peer)
+        seq = self.next_seq(g, "send" if name == "isend" else "recv", peer)
+        op_id = next(self.ids)
+        t0 = time.monotonic_ns()
+        self.push((START, op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer, -1,
+                   True, "", True))
+        return Rec(op_id, name, t0, peer, t.is_cuda, g.backend)
+
+    def begin_bucket(self, pg, bucket) -> Rec | None:
+        """A DDP gradient bucket about to be reduced by the comm hook."""
+        if not self.started and not self.ensure_started():
+            return None
+        g = self.group_info(pg)
+        if g is None:
+            return None
+        buf = bucket.buffer()
+        seq = self.next_seq(g)
+        op_id = next(self.ids)
+        t0 = time.monotonic_ns()
+        self.push((START, op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
+                   -1, -1, True, "SUM", False, bucket.index(), len(bucket.parameters())))
+        return Rec(op_id, "ddp_bucket", t0, -1, buf.is_cuda, g.backend)
+
+    def end_now(self, rec: Rec, error: str = "") -> None:
+        self.push((END, rec.id, time.monotonic_ns(), error, -1, -1))
+
     def fail(self, rec: Rec, exc: BaseException) -> None:
         self.push((END, rec.id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
 
@@ -244,8 +294,12 @@ class Probe:
         peer = -1
         if rec.peer < 0 and isinstance(result, int) and not isinstance(result, bool):
             peer = result  # recv from any source returns the sender's rank
+        coalesced = self.tls.coalesced
+        if coalesced is not None:
+            coalesced.append(rec)  # torch only queued it; it runs when the manager exits
+            return
         if result is not None and hasattr(result, "wait") and hasattr(result, "is_completed"):
-            self._track(rec, result, nbytes)
+            self.track(rec, result, nbytes)
             return
         if rec.cuda:
             self._track_cuda(rec, nbytes)
@@ -257,7 +311,9 @@ class Probe:
     def _work_done(self, op_id: int, t: int, err: str) -> None:
         self.push((END, op_id, t, err, -1, -1))
 
-    def _track(self, rec: Rec, work, nbytes: int) -> None:
+    def track(self, rec: Rec, work, nbytes: int = -1) -> None:
+        """Stamp the end of an async op when its Work completes, however the backend
+        lets us learn that (see probe/work.py)."""
         key = (rec.backend, rec.op)
         mode = self._track_mode.get(key)
         if mode is None:
@@ -271,18 +327,7 @@ class Probe:
                 mode = "waiter"
             else:
                 self._track_mode[key] = "future"
-                op_id, push = rec.id, self.push
-
-                def done(f, op_id=op_id, push=push, nbytes=nbytes):
-                    t = time.monotonic_ns()
-                    err = ""
-                    try:
-                        f.value()
-                    except Exception as exc:
-                        err = f"{type(exc).__name__}: {exc}"[:500]
-                    push((END, op_id, t, err, nbytes, -1))
-
-                fut.add_done_callback(done)
+                self.track_future(rec, fut, nbytes)
                 return
         if mode == "waiter":
             self.waiters.track(rec.id, work)
@@ -291,6 +336,29 @@ class Probe:
         sender = self.sender
         if sender is not None:
             sender.add_poll(rec.id, lambda w=work: (w.is_completed(), ""), nbytes)
+
+    def track_future(self, rec: Rec, fut, nbytes: int = -1) -> None:
+        """A torch Future: on CPU its callback is the completion. A CUDA future's
+        callback runs once the work is enqueued, so there an event is recorded on
+        the callback's stream and polled."""
+        op_id, push = rec.id, self.push
+
+        def done(f):
+            t = time.monotonic_ns()
+            err = ""
+            try:
+                f.value()
+            except Exception as exc:
+                err = f"{type(exc).__name__}: {exc}"[:500]
+            if rec.cuda and not err:
+                try:
+                    self._track_cuda(rec, nbytes)
+                    return
+                except Exception as exc:
+                    self.health.internal("cuda completion", exc)
+            push((END, op_id, t, err, nbytes, -1))
+
+        fut.add_done_callback(done)
 
     def _track_cuda(self, rec: Rec, nbytes: int) -> None:
         """Sync op on a CUDA tensor: the host clock only saw the enqueue. Record an

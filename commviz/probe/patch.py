@@ -73,11 +73,13 @@ class ArgMap:
         if rule in (opcat.NONE, opcat.INNER):
             return 0, "", [], False
         x = self.get(args, kwargs, self.spec.bytes_arg)
-        if rule == opcat.TENSOR_LIST:
+        if rule == opcat.TENSOR_LIST or rule == opcat.TENSOR_LIST_TIMES_N:
             if not x:
                 return 0, "", [], False
             t = x[0]
             nbytes = sum(e.nbytes for e in x)
+            if rule == opcat.TENSOR_LIST_TIMES_N:
+                nbytes *= n
             return nbytes, dtype_name(t.dtype), [len(x), *t.shape], t.is_cuda
         if x is None:
             return 0, "", [], False
@@ -94,14 +96,21 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     inner_rule = spec.bytes_rule == opcat.INNER
 
     def wrapper(*args, **kwargs):
-        if tls.depth:
-            if tls.want_inner:
+        depth = tls.depth
+        if depth:
+            # Only the outer call's direct children count towards its bytes: send
+            # inside send_object_list adds its tensor once, not again for its isend.
+            if depth == 1 and tls.want_inner:
                 try:
                     g = probe.group_info(am.group(args, kwargs))
                     tls.inner_bytes += am.payload(args, kwargs, g.size if g else 1)[0]
                 except Exception as exc:
                     health.internal(spec.name + " (nested)", exc)
-            return orig(*args, **kwargs)
+            tls.depth = depth + 1
+            try:
+                return orig(*args, **kwargs)
+            finally:
+                tls.depth = depth
         try:
             rec = probe.begin(spec, am, args, kwargs)
         except Exception as exc:
@@ -175,6 +184,133 @@ def suspended():
             setattr(mod, name, wrapped)
 
 
+def _wrap_batch(orig, probe):
+    """Each P2POp of the batch is its own event (marked batched); the isend/irecv
+    torch issues for them run nested."""
+    tls, health = probe.tls, probe.health
+
+    def batch_isend_irecv(p2p_op_list):
+        if tls.depth:
+            return orig(p2p_op_list)
+        try:
+            recs = [r for r in (probe.begin_p2pop(p) for p in p2p_op_list) if r is not None]
+        except Exception as exc:
+            result = orig(p2p_op_list)  # torch rejects a bad list itself
+            health.internal("batch_isend_irecv", exc)
+            return result
+        tls.depth = 1
+        tls.want_inner = False
+        try:
+            works = orig(p2p_op_list)
+        except BaseException as exc:
+            tls.depth = 0
+            for r in recs:
+                probe.fail(r, exc)
+            raise
+        tls.depth = 0
+        try:
+            if works and len(works) == len(recs):
+                for r, w in zip(recs, works):
+                    probe.track(r, w)
+            elif works:  # coalesced (NCCL): one work completes the whole batch
+                for r in recs:
+                    probe.track(r, works[-1])
+            else:
+                for r in recs:
+                    probe.end_now(r)
+        except Exception as exc:
+            health.internal("batch_isend_irecv", exc)
+        return works
+
+    functools.update_wrapper(batch_isend_irecv, orig)
+    batch_isend_irecv._commviz_original = orig
+    return batch_isend_irecv
+
+
+def _wrap_coalescing(orig, probe):
+    """Ops issued inside `_coalescing_manager` are queued by torch and run at exit:
+    their events end when the coalesced work does."""
+    tls = probe.tls
+
+    @contextlib.contextmanager
+    def _coalescing_manager(group=None, device=None, async_ops=False):
+        outer = tls.coalesced
+        recs: list = []
+        with orig(group, device, async_ops) as cm:
+            tls.coalesced = recs
+            try:
+                yield cm
+            finally:
+                tls.coalesced = outer
+        try:
+            works = getattr(cm, "works", None) or []
+            for r in recs:
+                if works:
+                    probe.track(r, works[-1])
+                else:
+                    probe.end_now(r)
+        except Exception as exc:
+            probe.health.internal("_coalescing_manager", exc)
+
+    functools.update_wrapper(_coalescing_manager, orig)
+    _coalescing_manager._commviz_original = orig
+    return _coalescing_manager
+
+
+def _canonical_p2p_ops(c10d, probe) -> None:
+    """P2POp checks `op in [isend, irecv]` and batch_isend_irecv tests `op.op is
+    isend` against the (now wrapped) module globals: an `isend` captured before
+    patching is swapped for the wrapper as the P2POp is built."""
+    P = c10d.P2POp
+    if getattr(P.__init__, "_commviz_original", None) is not None:
+        return
+    canon = {}
+    for name in ("isend", "irecv"):
+        w = getattr(c10d, name)
+        canon[getattr(w, "_commviz_original", w)] = w
+    orig_new, orig_init = P.__new__, P.__init__
+
+    def _c(op):
+        try:
+            return canon.get(op, op)
+        except TypeError:
+            return op
+
+    def __new__(cls, op, *args, **kwargs):
+        return orig_new(cls, _c(op), *args, **kwargs)
+
+    def __init__(self, op, *args, **kwargs):
+        orig_init(self, _c(op), *args, **kwargs)
+
+    __init__._commviz_original = orig_init
+    P.__new__ = staticmethod(__new__)
+    P.__init__ = __init__
+    _patched.append((P, "__init__", orig_init, __init__))
+    _patched.append((P, "__new__", staticmethod(orig_new), staticmethod(__new__)))
+
+
+def _rebind_imported(c10d, dist) -> int:
+    """Modules that did `from torch.distributed import broadcast` before we patched
+    hold the originals; point those names at the wrappers too."""
+    import sys
+
+    by_id = {id(orig): (orig, wrapped) for mod, _, orig, wrapped in _patched if mod in (c10d, dist)}
+    n = 0
+    for mod in list(sys.modules.values()):
+        if mod is c10d or mod is dist or mod is None:
+            continue
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for k, v in list(d.items()):
+            hit = by_id.get(id(v))
+            if hit is not None and hit[0] is v:
+                d[k] = hit[1]
+                _patched.append((mod, k, v, hit[1]))
+                n += 1
+    return n
+
+
 def install(addr: str | None = None, trace_dir: str | None = None):
     """Patch torch.distributed once per process; returns the probe (or None when
     COMMVIZ=0). Safe to call before or after init_process_group."""
@@ -195,6 +331,16 @@ def install(addr: str | None = None, trace_dir: str | None = None):
             if hasattr(c10d, name):
                 _patch(c10d, dist, name, lambda orig, spec=spec: _wrap(orig, spec, probe))
         _patch(c10d, dist, "init_process_group", lambda orig: _wrap_init(orig, probe))
+        _patch(c10d, dist, "batch_isend_irecv", lambda orig: _wrap_batch(orig, probe))
+        _patch(c10d, dist, "_coalescing_manager", lambda orig: _wrap_coalescing(orig, probe))
+        _canonical_p2p_ops(c10d, probe)
+        _rebind_imported(c10d, dist)
+        from commviz.probe import ddp
+
+        # torch may still be importing itself here (the start-up hook fires on
+        # `import torch.distributed`), so DDP is patched when the probe starts, at
+        # init_process_group, before any DDP model can exist.
+        probe.late_patches.append(lambda: ddp.install(probe, _patched))
         _probe = probe
         if dist.is_available() and dist.is_initialized():
             probe.ensure_started()

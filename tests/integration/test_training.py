@@ -1,0 +1,77 @@
+"""DDP buckets and FSDP2 collectives, checked against what torch itself reports."""
+
+import json
+import os
+
+import pytest
+
+from commviz.events import OpEnd, OpStart
+from commviz.trace.file import load
+from tests.integration.conftest import JOBS, run, torchrun
+
+pytestmark = pytest.mark.integration
+
+
+def traced(tmp_path, job, *args):
+    d = tmp_path / "trace"
+    sock = tmp_path / "sock"
+    sock.mkdir(mode=0o700)
+    report = tmp_path / "report.json"
+    p = run(
+        torchrun(2, "-m", "commviz.run", os.path.join(JOBS, job), "--report", str(report), *args),
+        env={"COMMVIZ_TRACE_DIR": str(d), "COMMVIZ_ADDR": f"ipc://{sock}/nobody.sock"},
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    events = {}
+    for b in load(d).batches:
+        for e in b.events:
+            if isinstance(e, (OpStart, OpEnd)):
+                events.setdefault(b.rank, []).append(e)
+    return events, json.loads(report.read_text())
+
+
+def pairs(evs):
+    ends = {e.id: e for e in evs if isinstance(e, OpEnd)}
+    return [(s, ends.get(s.id)) for s in evs if isinstance(s, OpStart)]
+
+
+@pytest.mark.parametrize("hook", ["none", "before", "after"])
+def test_ddp_buckets_match_torch(tmp_path, hook):
+    """Two iterations: DDP reduces one bucket first, then rebuilds into two."""
+    events, rep = traced(tmp_path, "ddp_train.py", "--hook", hook)
+    first = [int(x) for x in rep["logging"]["bucket_sizes"].split(",")]
+    rebuilt = rep["rebuilt_bucket_bytes"]
+    assert sum(first) == sum(rep["params"]) and len(rebuilt) == 2
+    for r in (0, 1):
+        got = [(s.op, s.seq, s.bytes, s.bucket, e.error) for s, e in pairs(events[r])]
+        buckets = got[:-1]
+        assert [b[0] for b in buckets] == ["ddp_bucket"] * (len(first) + 2)
+        assert sorted(b[2] for b in buckets[len(first):]) == sorted(rebuilt)
+        assert [b[2] for b in buckets[: len(first)]] == first
+        assert [b[3] for b in buckets] == [0] * len(first) + [0, 1]
+        assert [b[1] for b in buckets] == list(range(len(buckets)))  # one seq each, no inner all_reduce
+        assert all(b[4] == "" for b in buckets)
+        # the job's own all_reduce afterwards is an ordinary event
+        assert got[-1][0] == "all_reduce" and got[-1][1] == len(buckets)
+        params = [s.params for s, _ in pairs(events[r])][:-1]
+        assert params == [4, 2, 2]
+    if hook != "none":
+        assert rep["hook_calls"] == [0, 0, 1]  # the user's hook still ran, once per bucket
+        assert rep["logging"]["comm_hook"] == "my_hook"
+
+
+def test_fsdp2_one_step(tmp_path):
+    events, rep = traced(tmp_path, "fsdp_train.py")
+    l1, l2 = (sum(x) for x in rep["layer_param_bytes"])
+    for r in (0, 1):
+        got = [(s.op, s.seq, s.bytes) for s, e in pairs(events[r])]
+        # forward gathers layer 1 then 2; backward re-gathers 2 then 1 and reduce-scatters 2 then 1
+        assert got == [
+            ("all_gather_single", 0, l1),
+            ("all_gather_single", 1, l2),
+            ("all_gather_single", 2, l2),
+            ("all_gather_single", 3, l1),
+            ("reduce_scatter_single", 4, l2),
+            ("reduce_scatter_single", 5, l1),
+        ]
+        assert all(e is not None and e.error == "" for _, e in pairs(events[r]))
