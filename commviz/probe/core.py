@@ -19,7 +19,7 @@ from commviz import ops as opcat
 from commviz.events import GroupDef, Hello, Mark
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
-from commviz.probe.sender import END, OTHER, START, Sender
+from commviz.probe.sender import END, START, Sender
 from commviz.probe.work import Waiters
 
 
@@ -98,6 +98,7 @@ class Probe:
         self._start_lock = threading.Lock()
         self._track_mode: dict[tuple[str, str], str] = {}
         self.late_patches: list = []  # run once torch is fully imported (probe start)
+        self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
         self.waiters = Waiters(self._work_done)
         try:
             self.waiters.install(c10d.Work)
@@ -197,7 +198,12 @@ class Probe:
 
     def group_info(self, pg) -> GroupInfo | None:
         if pg is None:
+            info = self.default_group
+            if info is not None:
+                return info
             pg = self.c10d._get_default_group()
+            info = self.default_group = self.group_info(pg)
+            return info
         info = self.groups.get(id(pg))
         if info is not None and info.pg is pg:
             return info
@@ -211,12 +217,12 @@ class Probe:
         gid = str(pg.group_name)
         info = GroupInfo(pg, gid, ranks, backend)
         self.groups[id(pg)] = info
-        self.push((OTHER, GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or "")))
+        self.push(GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or ""))
         return info
 
     def mark(self, text: str) -> None:
         if self.ensure_started():
-            self.push((OTHER, Mark(time.monotonic_ns(), str(text))))
+            self.push(Mark(time.monotonic_ns(), str(text)))
 
     def begin(self, spec: opcat.OpSpec, am, args, kwargs) -> Rec | None:
         if not self.started and not self.ensure_started():

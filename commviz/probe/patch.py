@@ -13,10 +13,12 @@ import contextlib
 import functools
 import inspect
 import threading
+import time
 
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
-from commviz.probe.core import dtype_name
+from commviz.probe.core import _DTYPE_NAMES, Rec, dtype_name, reduce_name
+from commviz.probe.sender import END, START
 
 _lock = threading.Lock()
 _probe = None
@@ -93,56 +95,152 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     am = ArgMap(orig, spec)
     tls = probe.tls
     health = probe.health
+    name = spec.name
     inner_rule = spec.bytes_rule == opcat.INNER
+    # Fast path (most calls in real jobs): one tensor, no root — all_reduce,
+    # all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, send/recv …
+    # Argument positions are resolved here, once; the call does index lookups only.
+    fast = spec.bytes_rule == opcat.TENSOR and not (spec.kind == opcat.COLLECTIVE and spec.root_arg)
+    p2p = spec.kind == opcat.P2P
+    pos = am._pos
+    bi = pos.get(spec.bytes_arg, 99)
+    gi = pos.get("group", 99)
+    ai = pos.get("async_op", 99)
+    ri = pos.get(spec.reduce_arg, 99) if spec.reduce_arg else 99
+    red_default = am._defaults.get(spec.reduce_arg) if spec.reduce_arg else None
+    red_default_name = reduce_name(red_default) if red_default is not None else ""
+    pi = pos.get(spec.root_arg, 99) if p2p else 99
+    always_async = name in ("isend", "irecv")
+    seq_key = (0 if spec.direction == "send" else 1) if p2p else 0
+    q = probe.queue
+    cap = probe.cfg.queue_cap
+    ids = probe.ids
+    groups = probe.groups
+    clock = time.monotonic_ns
+    dtypes = _DTYPE_NAMES
+
+    def nested(args, kwargs, depth):
+        # Only the outer call's direct children count towards its bytes: send
+        # inside send_object_list adds its tensor once, not again for its isend.
+        if depth == 1 and tls.want_inner:
+            try:
+                g = probe.group_info(am.group(args, kwargs))
+                tls.inner_bytes += am.payload(args, kwargs, g.size if g else 1)[0]
+            except Exception as exc:
+                health.internal(name + " (nested)", exc)
+        tls.depth = depth + 1
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            tls.depth = depth
+
+    def begin_fast(args, kwargs):
+        n = len(args)
+        group = args[gi] if n > gi else kwargs.get("group")
+        if group is None:
+            g = probe.default_group or probe.group_info(None)
+        else:
+            g = groups.get(id(group))
+            if g is None or g.pg is not group:
+                g = probe.group_info(group)
+                if g is None:
+                    return None
+        x = args[bi] if n > bi else kwargs[spec.bytes_arg]
+        dt = x.dtype
+        dtype = dtypes.get(dt) or dtype_name(dt)
+        if p2p:
+            peer = args[pi] if n > pi else kwargs.get(spec.root_arg)
+            if peer is None:
+                peer = am.rooted(args, kwargs, g)
+            key = (seq_key, peer)
+            seq = g.p2p_seq.get(key, 0)
+            g.p2p_seq[key] = seq + 1
+            is_async = always_async
+            red = ""
+        else:
+            peer = -1
+            seq = g.seq
+            g.seq = seq + 1
+            is_async = bool(args[ai] if n > ai else kwargs.get("async_op", False))
+            r = args[ri] if n > ri else kwargs.get(spec.reduce_arg, red_default) if ri != 99 else None
+            red = red_default_name if r is red_default else (reduce_name(r) if r is not None else "")
+        op_id = next(ids)
+        t0 = clock()
+        if len(q) < cap:
+            q.append((START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red))
+        else:
+            health.dropped += 1
+        return Rec(op_id, name, t0, peer, x.is_cuda, g.backend)
 
     def wrapper(*args, **kwargs):
         depth = tls.depth
         if depth:
-            # Only the outer call's direct children count towards its bytes: send
-            # inside send_object_list adds its tensor once, not again for its isend.
-            if depth == 1 and tls.want_inner:
-                try:
-                    g = probe.group_info(am.group(args, kwargs))
-                    tls.inner_bytes += am.payload(args, kwargs, g.size if g else 1)[0]
-                except Exception as exc:
-                    health.internal(spec.name + " (nested)", exc)
-            tls.depth = depth + 1
-            try:
-                return orig(*args, **kwargs)
-            finally:
-                tls.depth = depth
+            return nested(args, kwargs, depth)
         try:
-            rec = probe.begin(spec, am, args, kwargs)
+            if not probe.started and not probe.ensure_started():
+                return orig(*args, **kwargs)
+            rec = begin_fast(args, kwargs) if fast else probe.begin(spec, am, args, kwargs)
         except Exception as exc:
             # If torch rejects the call too, the arguments were bad: the user gets
             # torch's own exception and it is not our internal error.
             result = orig(*args, **kwargs)
-            health.internal(spec.name, exc)
+            health.internal(name, exc)
             return result
         if rec is None:
             return orig(*args, **kwargs)
         tls.depth = 1
-        tls.want_inner = inner_rule
-        tls.inner_bytes = 0
+        if inner_rule:
+            tls.want_inner = True
+            tls.inner_bytes = 0
         try:
             result = orig(*args, **kwargs)
         except BaseException as exc:
             tls.depth = 0
+            tls.want_inner = False
             try:
                 probe.fail(rec, exc)
             except Exception as exc2:
-                health.internal(spec.name, exc2)
+                health.internal(name, exc2)
             raise
         tls.depth = 0
+        if result is None and not rec.cuda and not inner_rule and tls.coalesced is None:
+            # a blocking CPU op that is done now (the common case)
+            if len(q) < cap:
+                q.append((END, rec.id, clock(), "", -1, -1))
+            else:
+                health.dropped += 1
+            return result
         try:
+            if inner_rule:
+                tls.want_inner = False
             probe.complete(rec, result, tls.inner_bytes if inner_rule else None)
         except Exception as exc:
-            health.internal(spec.name, exc)
+            health.internal(name, exc)
         return result
 
     functools.update_wrapper(wrapper, orig)
     wrapper._commviz_original = orig
     return wrapper
+
+
+def _wrap_destroy(orig, probe):
+    """Forget cached groups when torch destroys them: ids can be reused and a new
+    default group starts its sequence numbers afresh on every rank."""
+
+    def destroy_process_group(group=None):
+        try:
+            if group is None:
+                probe.groups.clear()
+                probe.default_group = None
+            else:
+                probe.groups.pop(id(group), None)
+        except Exception as exc:
+            probe.health.internal("destroy_process_group", exc)
+        return orig(group)
+
+    functools.update_wrapper(destroy_process_group, orig)
+    destroy_process_group._commviz_original = orig
+    return destroy_process_group
 
 
 def _wrap_init(orig, probe):
@@ -331,6 +429,7 @@ def install(addr: str | None = None, trace_dir: str | None = None):
             if hasattr(c10d, name):
                 _patch(c10d, dist, name, lambda orig, spec=spec: _wrap(orig, spec, probe))
         _patch(c10d, dist, "init_process_group", lambda orig: _wrap_init(orig, probe))
+        _patch(c10d, dist, "destroy_process_group", lambda orig: _wrap_destroy(orig, probe))
         _patch(c10d, dist, "batch_isend_irecv", lambda orig: _wrap_batch(orig, probe))
         _patch(c10d, dist, "_coalescing_manager", lambda orig: _wrap_coalescing(orig, probe))
         _canonical_p2p_ops(c10d, probe)

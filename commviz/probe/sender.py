@@ -9,12 +9,14 @@ import os
 import threading
 import time
 
-from commviz.events import Counters, Goodbye, GroupDef, Hello, OpEnd, OpStart, encode_batch
+from commviz.events import Counters, Goodbye, GroupDef, Hello, encode_batch
 from commviz.probe.health import Health
 
-START = 0
-END = 1
-OTHER = 2  # a ready-made event (GroupDef, Mark, Sample)
+# The training thread queues ops as plain tuples shaped like the wire encoding of
+# the array-like tagged structs (tag first, then the fields in order), so they are
+# encoded as they are: no Struct is built per op. Rarer events are queued as Structs.
+START = "start"
+END = "end"
 
 COUNTERS_EVERY_S = 1.0
 MAX_BATCH = 4096  # events per frame
@@ -33,7 +35,7 @@ class Sender:
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.groups: list[GroupDef] = []
-        self.inflight: dict[int, OpStart] = {}
+        self.inflight: dict[int, tuple] = {}  # op id -> its start record
         self.polls: list = []  # (op_id, poll_fn, nbytes) for completions nobody calls back about
         self._polls_lock = threading.Lock()
         self._wake = threading.Event()
@@ -124,18 +126,14 @@ class Sender:
         inflight = self.inflight
         for _ in range(len(q)):
             rec = pop()
-            kind = rec[0]
-            if kind == START:
-                ev = OpStart(*rec[1:])
-                inflight[ev.id] = ev
-            elif kind == END:
-                ev = OpEnd(*rec[1:])
-                inflight.pop(ev.id, None)
-            else:
-                ev = rec[1]
-                if isinstance(ev, GroupDef):
-                    self.groups.append(ev)
-            out.append(ev)
+            if type(rec) is tuple:
+                if rec[0] == START:
+                    inflight[rec[1]] = rec
+                else:
+                    inflight.pop(rec[1], None)
+            elif isinstance(rec, GroupDef):
+                self.groups.append(rec)
+            out.append(rec)
         return out
 
     def flush(self, final: list | None = None) -> None:

@@ -8,6 +8,11 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
+# torch binds these by name at import; imported here, before the probe patches
+import torch.distributed.tensor._collective_utils as collective_utils  # noqa: E402
+
+ORIGINAL_ISEND = c10d.isend  # captured before patching, as user code may do
+
 from commviz.events import OpEnd, OpStart  # noqa: E402
 from commviz.trace.file import load  # noqa: E402
 
@@ -161,3 +166,75 @@ def test_commviz_off(monkeypatch):
 
     monkeypatch.setenv("COMMVIZ", "0")
     assert not ProbeConfig.from_env().enabled
+
+
+def test_names_bound_before_patching_are_rebound(probe):
+    assert collective_utils.broadcast is dist.broadcast
+    assert collective_utils.scatter is dist.scatter
+    assert collective_utils.broadcast._commviz_original is not None
+
+
+def test_p2pop_with_an_isend_captured_before_patching(probe):
+    t = torch.ones(16)
+
+    def job():
+        op = dist.P2POp(ORIGINAL_ISEND, t, 1)
+        assert op.op is dist.isend  # what batch_isend_irecv compares against
+        for w in dist.batch_isend_irecv([op, dist.P2POp(dist.irecv, torch.empty(16), 3)]):
+            w.wait()
+
+    got = ops_of(probe, job)
+    assert [(s.op, s.peer, s.bytes, s.batched) for s, _ in got] == [("isend", 1, 64, True), ("irecv", 3, 64, True)]
+    assert all(e is not None for _, e in got)
+
+
+def test_cuda_tensor_completion_is_polled_never_synchronized(probe, monkeypatch):
+    """NCCL path with fakes: a sync op on a CUDA tensor ends when its recorded
+    event reports done, queried from the sender thread."""
+    import threading
+
+    from commviz.probe.core import Rec
+
+    queried = threading.Event()
+    state = {"done": False}
+
+    class FakeEvent:
+        def record(self):
+            pass
+
+        def query(self):
+            queried.set()
+            return state["done"]
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: pytest.fail("the probe synchronized the device"))
+    probe.ensure_started()
+    probe.shutdown()
+    probe.ensure_started()
+    rec = Rec(12345, "all_reduce", 0, -1, True, "nccl")
+    probe.complete(rec, None, None)
+    assert queried.wait(2)
+    assert not any(isinstance(x, tuple) and x[0] == "end" and x[1] == 12345 for x in list(probe.queue))
+    state["done"] = True
+    import time
+
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and probe.sender.polls:
+        time.sleep(0.005)
+    assert probe.sender.polls == []
+
+
+def test_a_new_default_group_after_destroy_starts_its_sequence_afresh(probe):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    t = torch.ones(4)
+
+    def job():
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+        dist.all_reduce(t)
+
+    got = ops_of(probe, job)
+    assert len(got) == 2 and got[1][0].seq == 0
+    assert probe.default_group.pg is c10d._get_default_group()

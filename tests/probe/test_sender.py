@@ -7,7 +7,7 @@ import collections
 from commviz.events import Goodbye, GroupDef, Hello, OpStart, decode_batch
 from commviz.probe import sender as sender_mod
 from commviz.probe.health import Health
-from commviz.probe.sender import END, OTHER, START, Sender
+from commviz.probe.sender import END, START, Sender
 from tests.helpers import hello
 
 
@@ -43,7 +43,7 @@ def events(client):
 
 def test_late_watcher_gets_resync_then_the_whole_backlog_in_order():
     s, q = make_sender()
-    q.append((OTHER, GroupDef("0", [0, 1], "gloo")))
+    q.append(GroupDef("0", [0, 1], "gloo"))
     for i in range(3):
         start(q, i)
         q.append((END, i, 10, "", -1, -1))
