@@ -134,52 +134,61 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
         finally:
             tls.depth = depth
 
-    def begin_fast(args, kwargs):
-        n = len(args)
-        group = args[gi] if n > gi else kwargs.get("group")
-        if group is None:
-            g = probe.default_group or probe.group_info(None)
-        else:
-            g = groups.get(id(group))
-            if g is None or g.pg is not group:
-                g = probe.group_info(group)
-                if g is None:
-                    return None
-        x = args[bi] if n > bi else kwargs[spec.bytes_arg]
-        dt = x.dtype
-        dtype = dtypes.get(dt) or dtype_name(dt)
-        if p2p:
-            peer = args[pi] if n > pi else kwargs.get(spec.root_arg)
-            if peer is None:
-                peer = am.rooted(args, kwargs, g)
-            key = (seq_key, peer)
-            seq = g.p2p_seq.get(key, 0)
-            g.p2p_seq[key] = seq + 1
-            is_async = always_async
-            red = ""
-        else:
-            peer = -1
-            seq = g.seq
-            g.seq = seq + 1
-            is_async = bool(args[ai] if n > ai else kwargs.get("async_op", False))
-            r = args[ri] if n > ri else kwargs.get(spec.reduce_arg, red_default) if ri != 99 else None
-            red = red_default_name if r is red_default else (reduce_name(r) if r is not None else "")
-        op_id = next(ids)
-        t0 = clock()
-        if len(q) < cap:
-            q.append((START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red))
-        else:
-            health.dropped += 1
-        return Rec(op_id, name, t0, peer, x.is_cuda, g.backend)
-
     def wrapper(*args, **kwargs):
         depth = tls.depth
         if depth:
-            return nested(args, kwargs, depth)
+            if tls.want_inner:
+                return nested(args, kwargs, depth)
+            return orig(*args, **kwargs)  # inside another wrapped call: not an event
         try:
             if not probe.started and not probe.ensure_started():
                 return orig(*args, **kwargs)
-            rec = begin_fast(args, kwargs) if fast else probe.begin(spec, am, args, kwargs)
+            if fast:  # inlined: this is the per-op cost every user pays
+                n = len(args)
+                group = args[gi] if n > gi else kwargs.get("group")
+                if group is None:
+                    g = probe.default_group or probe.group_info(None)
+                else:
+                    g = groups.get(id(group))
+                    if g is None or g.pg is not group:
+                        g = probe.group_info(group)
+                if g is None:
+                    rec = None
+                else:
+                    x = args[bi] if n > bi else kwargs[spec.bytes_arg]
+                    dt = x.dtype
+                    dtype = dtypes.get(dt) or dtype_name(dt)
+                    if p2p:
+                        peer = args[pi] if n > pi else kwargs.get(spec.root_arg)
+                        if peer is None:
+                            peer = am.rooted(args, kwargs, g)
+                        key = (seq_key, peer)
+                        seq = g.p2p_seq.get(key, 0)
+                        g.p2p_seq[key] = seq + 1
+                        is_async = always_async
+                        red = ""
+                    else:
+                        peer = -1
+                        seq = g.seq
+                        g.seq = seq + 1
+                        is_async = bool(args[ai] if n > ai else kwargs.get("async_op", False))
+                        if ri == 99:
+                            red = ""
+                        else:
+                            r = args[ri] if n > ri else kwargs.get(spec.reduce_arg, red_default)
+                            red = red_default_name if r is red_default else reduce_name(r)
+                    op_id = next(ids)
+                    t0 = clock()
+                    if len(q) < cap:
+                        q.append((START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red))
+                    else:
+                        health.dropped += 1
+                    cuda = x.is_cuda
+                    rec = True  # the Rec object is only built when needed (async, error, CUDA)
+            else:
+                rec = probe.begin(spec, am, args, kwargs)
+                if rec is not None:
+                    op_id, t0, peer, cuda, g = rec.id, rec.t0, rec.peer, rec.cuda, None
         except Exception as exc:
             # If torch rejects the call too, the arguments were bad: the user gets
             # torch's own exception and it is not our internal error.
@@ -198,19 +207,22 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
             tls.depth = 0
             tls.want_inner = False
             try:
-                probe.fail(rec, exc)
+                if len(q) < cap:
+                    q.append((END, op_id, clock(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
             except Exception as exc2:
                 health.internal(name, exc2)
             raise
         tls.depth = 0
-        if result is None and not rec.cuda and not inner_rule and tls.coalesced is None:
+        if result is None and not cuda and not inner_rule and tls.coalesced is None:
             # a blocking CPU op that is done now (the common case)
             if len(q) < cap:
-                q.append((END, rec.id, clock(), "", -1, -1))
+                q.append((END, op_id, clock(), "", -1, -1))
             else:
                 health.dropped += 1
             return result
         try:
+            if rec is True:
+                rec = Rec(op_id, name, t0, peer, cuda, g.backend)
             if inner_rule:
                 tls.want_inner = False
             probe.complete(rec, result, tls.inner_bytes if inner_rule else None)

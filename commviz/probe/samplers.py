@@ -187,9 +187,11 @@ class HostSampler:
             counters = b.counters(i, [])
         else:
             counters = b.counters(i, links)
-            rates = {f"nvlink{lk}.{d}": self._rates.update(f"{p}.nvlink{lk}.{d}", *(counters.get(f"nvlink{lk}.{d}")
-                                                                                  or (None, None)))
-                     for lk in links for d in ("tx", "rx")}
+            rates: dict[str, float | None] = {}
+            for lk in links:
+                for d in ("tx", "rx"):
+                    c = counters.get(f"nvlink{lk}.{d}")
+                    rates[f"nvlink{lk}.{d}"] = self._rates.update(f"{p}.nvlink{lk}.{d}", *(c or (None, None)))
             self._emit_links(p, rates, out)
             if links and all(counters.get(f"nvlink{lk}.{d}") is None for lk in links for d in ("tx", "rx")):
                 # The throughput fields are not there: try GPM (Hopper and later) from now on.
