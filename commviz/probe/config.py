@@ -13,6 +13,7 @@ class ProbeConfig:
     trace_dir: str | None
     queue_cap: int = 65536  # events held between the caller and the sender thread
     flush_interval_s: float = 0.02
+    stack_after_s: float = 3.0  # capture the caller's stack of ops in flight this long
 
     @classmethod
     def from_env(cls, addr: str | None = None, trace_dir: str | None = None) -> "ProbeConfig":
@@ -23,4 +24,12 @@ class ProbeConfig:
             enabled=env.get("COMMVIZ", "1") != "0",
             addr=addr or env.get("COMMVIZ_ADDR") or default_addr(),
             trace_dir=trace_dir or env.get("COMMVIZ_TRACE_DIR") or None,
+            stack_after_s=_float(env.get("COMMVIZ_STACK_AFTER"), 3.0),
         )
+
+
+def _float(value: str | None, default: float) -> float:
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default

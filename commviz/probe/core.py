@@ -100,8 +100,10 @@ class Probe:
         self.late_patches: list = []  # run once torch is fully imported (probe start)
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
         self.waiters = Waiters(self._work_done)
+        self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         try:
             self.waiters.install(c10d.Work)
+            self.wrapper_codes.add(c10d.Work.wait.__code__)
         except Exception as exc:
             self.health.internal("Work.wait patch", exc)
 
@@ -128,7 +130,7 @@ class Probe:
         self.rank = rank
         hello = self._hello(rank, dist.get_world_size(), str(dist.get_backend()))
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
-                             self.cfg.flush_interval_s)
+                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack)
         self.sender.start()
         self.started = True
         for patch in self.late_patches:
@@ -219,6 +221,31 @@ class Probe:
         self.groups[id(pg)] = info
         self.push(GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or ""))
         return info
+
+    def capture_stack(self, op_id: int):
+        """The stack of the thread waiting inside a wrapped call (sender thread)."""
+        from commviz.events import Stack
+        from commviz.probe import stacks
+
+        try:
+            found = stacks.threads_inside(self.wrapper_codes)
+            if not found:
+                # e.g. blocked in a C++ Work.wait() of an async collective: the main
+                # thread is the best guess at who is waiting.
+                import sys
+                import threading
+
+                main = threading.main_thread()
+                frame = sys._current_frames().get(main.ident)
+                if frame is None or main.ident == threading.get_ident():
+                    return None
+                found = [(main.name, frame)]
+            thread, frame = found[0]
+            return Stack(time.monotonic_ns(), op_id, thread, stacks.frames_of(frame, self.wrapper_codes),
+                         stacks.lib_dirs())
+        except Exception as exc:
+            self.health.internal("stack capture", exc)
+            return None
 
     def mark(self, text: str) -> None:
         if self.ensure_started():

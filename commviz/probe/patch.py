@@ -232,6 +232,7 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
 
     functools.update_wrapper(wrapper, orig)
     wrapper._commviz_original = orig
+    probe.wrapper_codes.add(wrapper.__code__)
     return wrapper
 
 
@@ -334,6 +335,7 @@ def _wrap_batch(orig, probe):
 
     functools.update_wrapper(batch_isend_irecv, orig)
     batch_isend_irecv._commviz_original = orig
+    probe.wrapper_codes.add(batch_isend_irecv.__code__)
     return batch_isend_irecv
 
 

@@ -97,7 +97,7 @@ class HostSampler:
             self._host(now_ns, out)
             if self.nvml_available and self._topology is not None:
                 for g in self._topology.gpus:
-                    self._guard(f"gpu{g.index}", self._gpu, g.index, out)
+                    self._guard(g.index, out)
                 self._pcie_round(out)
         except Exception as exc:  # belt and braces: the probe must not die of a sample
             self._say("sampler", f"host sampling stopped working ({type(exc).__name__}: {exc})")
@@ -166,11 +166,13 @@ class HostSampler:
         except Exception as exc:
             self._say("psutil-sample", f"a host figure failed ({type(exc).__name__}: {exc})")
 
-    def _guard(self, where: str, fn: Callable[..., None], *args: Any) -> None:
+    def _guard(self, i: int, out: dict[str, float]) -> None:
+        """One GPU's figures; a failure costs that GPU's figures for this sample only."""
         try:
-            fn(*args)
+            self._gpu(i, out)
         except Exception as exc:
-            self._say(where, f"{where} sampling failed ({type(exc).__name__}: {exc})")
+            self._say("gpu", f"GPU sampling failed (gpu{i}: {type(exc).__name__}: {exc}); "
+                      "the job goes on, some GPU figures may be missing")
 
     def _gpu(self, i: int, out: dict[str, float]) -> None:
         b = self._backend

@@ -28,7 +28,8 @@ BACKLOG_EVENTS = 100_000
 
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
-                 health: Health, queue: collections.deque, flush_interval_s: float = 0.02) -> None:
+                 health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
+                 stack_after_s: float = 3.0, on_long_op=None) -> None:
         self.rank = rank
         self.hello = hello
         self.health = health
@@ -56,6 +57,11 @@ class Sender:
         if trace_dir:
             self._open_trace(trace_dir)
         self.thread = threading.Thread(target=self._run, name="commviz-sender", daemon=True)
+        # Ops in flight longer than this get their caller's stack captured, once.
+        self.stack_after_ns = int(stack_after_s * 1e9)
+        self.on_long_op = on_long_op  # (op_id) -> Stack | None
+        self._stacked: set[int] = set()
+        self._next_stack_check = 0.0
 
     def _open_trace(self, trace_dir: str) -> None:
         from commviz.trace.file import TraceWriter
@@ -98,9 +104,27 @@ class Sender:
                 if now >= next_flush:
                     self.flush()
                     next_flush = now + self.flush_interval_s
+                if now >= self._next_stack_check:
+                    self._next_stack_check = now + 0.25
+                    self._capture_long_ops()
             except Exception as exc:  # never let the thread die
                 self.health.internal("sender", exc)
                 time.sleep(self.flush_interval_s)
+
+    def _capture_long_ops(self) -> None:
+        """Stacks for ops stuck longer than the threshold: what a hang diagnosis
+        shows as 'the line of code at fault'."""
+        if self.on_long_op is None or not self.inflight:
+            self._stacked.clear()
+            return
+        cutoff = time.monotonic_ns() - self.stack_after_ns
+        for op_id, start in list(self.inflight.items()):
+            if start[2] <= cutoff and op_id not in self._stacked:
+                self._stacked.add(op_id)
+                stack = self.on_long_op(op_id)
+                if stack is not None:
+                    self.queue.append(stack)
+        self._stacked &= set(self.inflight)
 
     def _poll(self) -> None:
         with self._polls_lock:
