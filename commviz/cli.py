@@ -213,6 +213,65 @@ def cmd_replay(args) -> int:
     return _run_app(feed, f"commviz replay {os.path.basename(str(args.path))}")
 
 
+# ------------------------------------------------------------- topo / nvml-dump
+
+
+def cmd_topo(args) -> int:
+    from commviz.topo.backend import open_backend
+    from commviz.topo.discover import discover
+    from commviz.topo.fake import FakeNvml, FixtureError
+    from commviz.topo.presets import load_preset, preset_names
+    from commviz.topo.render import render_topology
+
+    try:
+        if args.preset:
+            backend = load_preset(args.preset)
+        elif args.fixture:
+            backend = FakeNvml.from_file(args.fixture)
+        else:
+            backend = open_backend()
+    except FixtureError as exc:
+        return _die(str(exc))
+    try:
+        topo = discover(backend)
+    finally:
+        backend.close()
+    if not backend.available:
+        hint = (f"commviz: {backend.reason}; no GPU topology to show here.\n"
+                f"  to see a machine's shape anyway: commviz topo --preset dgx-h100"
+                f"  (presets: {', '.join(preset_names())})")
+        print(hint, file=sys.stderr if args.json else sys.stdout)
+        if not args.json:
+            return 0
+    if args.json:
+        print(json.dumps(topo.to_document(), indent=2))
+    else:
+        print(render_topology(topo), end="")
+    return 0
+
+
+def cmd_nvml_dump(args) -> int:
+    from commviz.topo.dump import fixture_from, fixture_text
+    from commviz.topo.real import RealNvml
+
+    backend = RealNvml()
+    if not backend.available:
+        return _die(f"cannot dump: {backend.reason}. Run `commviz nvml-dump FILE` on the GPU machine "
+                    "you want to capture; `commviz topo --fixture FILE` shows the result anywhere.")
+    try:
+        doc = fixture_from(backend, samples=args.samples, interval_s=args.interval)
+    finally:
+        backend.close()
+    try:
+        with open(args.path, "w", encoding="utf-8") as f:
+            f.write(fixture_text(doc))
+    except OSError as exc:
+        return _die(f"cannot write {args.path}: {exc.strerror or exc}")
+    print(f"fixture of {len(doc['gpus'])} GPU(s) on {doc['host']} written to {args.path}"
+          f"  (commviz topo --fixture {args.path})")
+    return 0
+
+
 # ------------------------------------------------------------------- main
 
 
@@ -254,6 +313,20 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--numel", type=int, default=1 << 16)
     d.add_argument("--interval", type=float, default=0.05)
     d.add_argument("--hang-after", type=float, default=10.0, help=argparse.SUPPRESS)
+
+    t = sub.add_parser("topo", help="GPU topology matrix (like nvidia-smi topo -m) and NVLink list",
+                       description="GPU topology of this machine from NVML, or of a preset or fixture file.")
+    t.add_argument("--json", action="store_true", help="the stable JSON document (see DESIGN.md)")
+    src = t.add_mutually_exclusive_group()
+    src.add_argument("--preset", metavar="NAME", help="a shipped machine: dgx-h100, dgx-a100, pcie-2gpu, pcie-4gpu-2socket")
+    src.add_argument("--fixture", metavar="FILE", help="a fixture file (from commviz nvml-dump)")
+
+    nd = sub.add_parser("nvml-dump", help="write this machine's GPU topology and counters as a fixture file",
+                        description="Capture this machine's NVML view (topology and a few counter readings) "
+                        "as a fixture for `commviz topo --fixture` and the tests.")
+    nd.add_argument("path", metavar="FILE")
+    nd.add_argument("--samples", type=int, default=3, help="counter readings to capture (default 3)")
+    nd.add_argument("--interval", type=float, default=0.2, metavar="S", help="seconds between readings")
     return p
 
 
@@ -277,6 +350,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_replay(args)
     if args.command == "demo":
         return cmd_demo(args)
+    if args.command == "topo":
+        return cmd_topo(args)
+    if args.command == "nvml-dump":
+        return cmd_nvml_dump(args)
     parser.print_help()
     return 2
 
