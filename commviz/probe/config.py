@@ -14,6 +14,7 @@ class ProbeConfig:
     queue_cap: int = 65536  # events held between the caller and the sender thread
     flush_interval_s: float = 0.02
     stack_after_s: float = 3.0  # capture the caller's stack of ops in flight this long
+    samples: bool = True  # host/GPU samples from local rank 0 (COMMVIZ_SAMPLES=0: off)
 
     @classmethod
     def from_env(cls, addr: str | None = None, trace_dir: str | None = None) -> "ProbeConfig":
@@ -25,6 +26,7 @@ class ProbeConfig:
             addr=addr or env.get("COMMVIZ_ADDR") or default_addr(),
             trace_dir=trace_dir or env.get("COMMVIZ_TRACE_DIR") or None,
             stack_after_s=_float(env.get("COMMVIZ_STACK_AFTER"), 3.0),
+            samples=env.get("COMMVIZ_SAMPLES", "1") != "0",
         )
 
 

@@ -129,8 +129,13 @@ class Probe:
         rank = dist.get_rank()
         self.rank = rank
         hello = self._hello(rank, dist.get_world_size(), str(dist.get_backend()))
+        sampler = None
+        from commviz.probe.samplers import HostSampler, local_rank_from_env, should_sample
+
+        if self.cfg.samples and should_sample(rank, local_rank_from_env()):
+            sampler = HostSampler(warn=self.health.warn_once)
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
-                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack)
+                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack, sampler)
         self.sender.start()
         self.started = True
         for patch in self.late_patches:

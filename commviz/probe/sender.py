@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from commviz.events import Counters, Goodbye, GroupDef, Hello, encode_batch
+from commviz.events import Counters, Goodbye, GroupDef, Hello, Sample, encode_batch
 from commviz.probe.health import Health
 
 # The training thread queues ops as plain tuples shaped like the wire encoding of
@@ -29,7 +29,7 @@ BACKLOG_EVENTS = 100_000
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
-                 stack_after_s: float = 3.0, on_long_op=None) -> None:
+                 stack_after_s: float = 3.0, on_long_op=None, sampler=None) -> None:
         self.rank = rank
         self.hello = hello
         self.health = health
@@ -60,6 +60,7 @@ class Sender:
         # Ops in flight longer than this get their caller's stack captured, once.
         self.stack_after_ns = int(stack_after_s * 1e9)
         self.on_long_op = on_long_op  # (op_id) -> Stack | None
+        self.sampler = sampler  # HostSampler on local rank 0, else None
         self._stacked: set[int] = set()
         self._next_stack_check = 0.0
 
@@ -107,9 +108,19 @@ class Sender:
                 if now >= self._next_stack_check:
                     self._next_stack_check = now + 0.25
                     self._capture_long_ops()
+                if self.sampler is not None:
+                    self._sample()
             except Exception as exc:  # never let the thread die
                 self.health.internal("sender", exc)
                 time.sleep(self.flush_interval_s)
+
+    def _sample(self) -> None:
+        """Host/GPU figures (local rank 0 only), on this thread, never the caller's."""
+        t = time.monotonic_ns()
+        if self.sampler.due(t):
+            values = self.sampler.sample(t)
+            if values:
+                self.queue.append(Sample(t, values))
 
     def _capture_long_ops(self) -> None:
         """Stacks for ops stuck longer than the threshold: what a hang diagnosis
@@ -224,6 +235,8 @@ class Sender:
         try:
             self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_events, reason)])
         finally:
+            if self.sampler is not None:
+                self.sampler.close()
             if self.trace is not None:
                 self.trace.close()
             if self.client is not None:
