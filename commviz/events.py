@@ -103,7 +103,34 @@ class Goodbye(msgspec.Struct, tag="bye", array_like=True, omit_defaults=True):
     reason: str = "exit"
 
 
-Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye]
+class Frame(msgspec.Struct, array_like=True, omit_defaults=True):
+    """One Python frame of a captured stack: where the code was, not its locals."""
+
+    file: str
+    line: int
+    function: str = ""
+    text: str = ""  # the source line, stripped, when the probe could read it
+
+
+class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
+    """The Python stack of the thread that called op `op_id`, captured by the probe
+    when the rank has been inside that op longer than its threshold (a background
+    thread can read it: the GIL is released while the backend waits).
+
+    `frames` are outermost first, innermost last, as `traceback.extract_stack` gives
+    them. `lib_dirs` are this rank's directories whose frames are not the user's code
+    (torch's and commviz's package directories, the standard library): the watcher
+    may run elsewhere, so only the rank knows them; the model also recognises the
+    usual layouts by path when they are absent."""
+
+    t: int
+    op_id: int
+    thread: str = ""
+    frames: list[Frame] = []
+    lib_dirs: list[str] = []
+
+
+Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack]
 
 
 class Batch(msgspec.Struct, array_like=True):

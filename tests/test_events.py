@@ -54,3 +54,12 @@ def test_newer_schema_says_to_upgrade():
 def test_negative_rank_is_rejected():
     with pytest.raises(FrameError, match="negative rank"):
         decode_batch(encode_batch(-1, []))
+
+
+def test_stack_events_round_trip():
+    from commviz.events import Frame, Stack
+
+    st = Stack(5, 3, "MainThread", [Frame("/home/me/train.py", 88, "step", "dist.all_reduce(t)")],
+               ["/venv/lib/python3.11/site-packages/torch"])
+    b = decode_batch(encode_batch(0, [st, Stack(6, 4)]))
+    assert b.events == [st, Stack(6, 4, "", [], [])]

@@ -2,5 +2,6 @@
 textual, zmq or psutil."""
 
 from commviz.model.state import Model
+from commviz.model.thresholds import Thresholds
 
-__all__ = ["Model"]
+__all__ = ["Model", "Thresholds"]

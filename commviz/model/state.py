@@ -22,19 +22,27 @@ from commviz.events import (
     OpEnd,
     OpStart,
     Sample,
+    Stack,
 )
+from commviz.model import desync as desync_mod
+from commviz.model.diagnose import Findings, diagnose
+from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
+from commviz.model.straggler import StragglerWatch
+from commviz.model.thresholds import Thresholds
+from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracker
 
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
 RECENT_ENDED_IDS = 65536
+# Desyncs found in instances that have since completed (they stay reported).
+DESYNC_HISTORY = 64
+# Pending instances are checked for staleness (a member's start was lost) once there
+# are this many, then whenever their number doubles.
+SWEEP_FIRST = 1024
 
-
-@dataclass
-class InFlight:
-    start: OpStart
-    t_wall: int
+__all__ = ["InFlight", "Instance", "Model", "RankState"]
 
 
 @dataclass
@@ -58,25 +66,25 @@ class RankState:
     internal_errors: int = 0
     trace_errors: int = 0
     gone_reason: str = ""
+    gone_t: int = 0  # wall ns of its last sign of life once gone (goodbye, last event)
     sample: dict[str, float] = field(default_factory=dict)
+    last_start: OpStart | None = None  # the start of the op that ended last
+    seqs: dict[str, int] = field(default_factory=dict)  # group -> highest collective seq started
+    stacks: StackStore = field(default_factory=StackStore)
 
-
-@dataclass
-class Instance:
-    """One collective instance (group, seq) as the ranks report it."""
-
-    op: str
-    group: str
-    seq: int
-    bytes: int = 0
-    durations: dict[int, int] = field(default_factory=dict)  # rank -> ns
-    errors: int = 0
-    ended: set[int] = field(default_factory=set)
+    @property
+    def gone(self) -> bool:
+        return self.status in ("exited", "dead")
 
 
 class Model:
-    def __init__(self, hang_after_s: float = 10.0) -> None:
-        self.hang_after_ns = int(hang_after_s * 1e9)
+    """Fed events (`ingest`) and asked questions (`summary`, `diagnoses`, `rank_rows`).
+
+    `hang_after_s` is the hang threshold; `thresholds`, when given, sets every knob of
+    the diagnoses (its `hang_after_s` wins over the argument)."""
+
+    def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None) -> None:
+        self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -88,12 +96,20 @@ class Model:
         self.ranks: dict[int, RankState] = {}
         self.groups: dict[str, GroupDef] = {}
         self.stats: dict[tuple[str, str], OpStats] = {}
-        self.pending: dict[tuple[str, int], Instance] = {}
+        self.tracker = Tracker()
+        self.pending: dict[tuple[str, int], Instance] = self.tracker.pending
+        self.stragglers = StragglerWatch(self.thresholds.straggler_window)
+        self.desync_history: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+        self._sweep_at = SWEEP_FIRST
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
         self.events = 0
         self.orphan_ends = 0
         self.duplicates = 0
         self.last_t = 0
+
+    @property
+    def hang_after_ns(self) -> int:
+        return self.thresholds.hang_after_ns
 
     # ------------------------------------------------------------------ ingest
 
@@ -123,7 +139,9 @@ class Model:
         elif isinstance(ev, OpEnd):
             self._end(r, ev)
         elif isinstance(ev, GroupDef):
-            self.groups[ev.group] = ev
+            self._group(ev)
+        elif isinstance(ev, Stack):
+            r.stacks.add(ev, ev.t + r.offset_ns)
         elif isinstance(ev, Counters):
             r.dropped = max(r.dropped, ev.dropped)
             r.internal_errors = max(r.internal_errors, ev.internal_errors)
@@ -137,6 +155,7 @@ class Model:
             r.dropped = max(r.dropped, ev.dropped)
             r.status = "exited"
             r.gone_reason = ev.reason
+            r.gone_t = ev.t + r.offset_ns
 
     def _rank(self, rank: int) -> RankState:
         r = self.ranks.get(rank)
@@ -155,22 +174,45 @@ class Model:
         if r.hello is not None and r.hello.pid == h.pid:
             self.duplicates += 1  # a reconnecting rank says hello again
         elif r.hello is not None:
-            # Same rank number, new process (an elastic restart): fresh counters.
+            # Same rank number, new process (an elastic restart): fresh counters, and
+            # its old process's ops no longer take part in any instance or pair.
             r = self.ranks[rank] = RankState(rank)
+            self.tracker.forget_rank(rank)
         r.hello = h
         r.offset_ns = h.wall_ns - h.mono_ns
         r.last_seen = max(r.last_seen, h.wall_ns)
         if r.status in ("dead",):
             r.status = "ok"
+            r.gone_t = 0
         self.job = self.job or h.job
         self.world_size = max(self.world_size, h.world_size)
         self.backend = self.backend or h.backend
+
+    def _group(self, g: GroupDef) -> None:
+        known = self.groups.get(g.group)
+        self.groups[g.group] = g
+        if known is not None and known.ranks == g.ranks:
+            return  # every member announces it, and again after each reconnect
+        # Instances every member has already left, seen before their group was
+        # known, are complete now.
+        members = len(g.ranks)
+        for key, inst in list(self.pending.items()):
+            if key[0] == g.group and members and len(inst.ended) >= members:
+                self._complete(inst)
 
     def _start(self, r: RankState, s: OpStart) -> None:
         if s.id in r.inflight or s.id in r.ended_ids:
             self.duplicates += 1  # resent after a reconnect
             return
-        r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
+        fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
+        if opcat.is_p2p(s.op):
+            self.tracker.post(r.rank, fl)
+        elif s.seq >= 0:
+            self.tracker.enter(r.rank, fl)
+            if s.seq > r.seqs.get(s.group, -1):
+                r.seqs[s.group] = s.seq
+            if len(self.pending) > self._sweep_at:
+                self._sweep()
 
     def _end(self, r: RankState, e: OpEnd) -> None:
         fl = r.inflight.pop(e.id, None)
@@ -185,30 +227,81 @@ class Model:
         nbytes = e.bytes if e.bytes >= 0 else s.bytes
         dur = e.t - s.t
         err = bool(e.error)
+        end_wall = e.t + r.offset_ns
         r.ops_done += 1
         r.bytes_done += nbytes
         c = r.per_op.setdefault(s.op, [0, 0])
         c[0] += 1
         c[1] += nbytes
         r.last_op = s.op
-        r.last_op_end = e.t + r.offset_ns
+        r.last_op_end = end_wall
+        r.last_start = s
         if opcat.is_p2p(s.op) or s.seq < 0:
             self._stat(s.op, s.group).add(nbytes, dur, err)
+            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
+            if pair is not None:
+                self._note_p2p_desync(pair)
             return
-        key = (s.group, s.seq)
-        inst = self.pending.get(key)
-        if inst is None:
-            inst = self.pending[key] = Instance(s.op, s.group, s.seq)
-        inst.bytes = max(inst.bytes, nbytes)
-        inst.ended.add(r.rank)
-        if err:
-            inst.errors += 1
-        else:
-            inst.durations[r.rank] = dur
+        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
         members = self.group_size(s.group)
         if members and len(inst.ended) >= members:
-            del self.pending[key]
+            self._complete(inst)
+
+    def _complete(self, inst: Instance, complete: bool = True) -> None:
+        """Fold an instance every member has left (or one that can no longer complete)
+        into the statistics; keep what the diagnoses need from it."""
+        self.pending.pop((inst.group, inst.seq), None)
+        if inst.ended:
             self._finish(inst)
+        g = self.groups.get(inst.group)
+        members = list(g.ranks) if g is not None else sorted(inst.starts)
+        if complete:
+            self.stragglers.add(inst, members)
+        d = desync_mod.collective_desync(inst, members, self.gone_note, finished=True)
+        if d is not None:
+            self._remember_desync(("c", inst.group, inst.seq), d)
+
+    def _note_p2p_desync(self, pair: P2PPair) -> None:
+        d = desync_mod.p2p_desync(pair)
+        if d is not None:
+            self._remember_desync(("p", pair.group, pair.src, pair.dst, pair.seq), d)
+
+    def _remember_desync(self, key: tuple, d: dict) -> None:
+        self.desync_history[key] = d
+        while len(self.desync_history) > DESYNC_HISTORY:
+            self.desync_history.popitem(last=False)
+
+    def _sweep(self) -> None:
+        """Retire instances that can never complete because a member's start was lost
+        (dropped events, a watcher that came late): nobody is inside them and every
+        member that did not leave them has since started a later op in the group."""
+        for inst in list(self.pending.values()):
+            if inst.inside():
+                continue
+            g = self.groups.get(inst.group)
+            if g is None:
+                continue
+            if all(
+                m in inst.ended or (m in self.ranks and self.ranks[m].seqs.get(inst.group, -1) > inst.seq)
+                for m in g.ranks
+            ):
+                self._complete(inst, complete=False)
+        while len(self.pending) > MAX_PENDING:
+            self.tracker.evicted_instances += 1
+            self._complete(next(iter(self.pending.values())), complete=False)
+        self._sweep_at = max(SWEEP_FIRST, 2 * len(self.pending))
+
+    def gone_note(self, rank: int) -> str | None:
+        """How a rank's process ended, in words for messages; None while it runs."""
+        r = self.ranks.get(rank)
+        if r is None or not r.gone:
+            return None
+        if r.status == "exited":
+            return f"it exited ({r.gone_reason or 'goodbye'})"
+        why = r.gone_reason or "without a goodbye"
+        if why.startswith("process "):  # "process ended without a goodbye"
+            return f"its {why}"
+        return f"its process ended ({why})"
 
     def _finish(self, inst: Instance, into: dict | None = None) -> None:
         stats = self.stats if into is None else into
@@ -226,12 +319,15 @@ class Model:
             st = self.stats[(op, group)] = OpStats()
         return st
 
-    def mark_gone(self, rank: int, reason: str) -> None:
-        """The transport or the file says this rank's process is gone."""
+    def mark_gone(self, rank: int, reason: str, t_ns: int | None = None) -> None:
+        """The transport or the file says this rank's process is gone. `t_ns` (wall
+        clock) is when it was last known alive; by default its newest event, which the
+        probe's 1 s heartbeat keeps recent."""
         r = self._rank(rank)
         if r.status != "exited":
             r.status = "dead"
             r.gone_reason = reason
+            r.gone_t = r.last_seen if t_ns is None else t_ns
 
     # ----------------------------------------------------------------- answers
 
@@ -241,10 +337,15 @@ class Model:
             return len(g.ranks)
         return 0
 
-    def rank_status(self, r: RankState, now: int) -> str:
+    def rank_status(self, r: RankState, now: int, hung: set[int] | frozenset[int] = frozenset()) -> str:
+        """ok | waiting | hung | dead | exited. `hung` names ranks whose in-flight op is
+        part of a diagnosis (see `findings`); an op older than the threshold is hung
+        on its own."""
         if r.status in ("exited", "dead"):
             return r.status
         if r.inflight:
+            if r.rank in hung:
+                return "hung"
             oldest = min(f.t_wall for f in r.inflight.values())
             return "hung" if now - oldest >= self.hang_after_ns else "waiting"
         return "ok"
@@ -258,10 +359,11 @@ class Model:
         """The summary's op table, including instances not every rank has finished
         (a partial trace still reports what it saw)."""
         stats = dict(self.stats)
-        if self.pending:
+        if any(inst.ended for inst in self.pending.values()):
             stats = {k: _copy_stats(v) for k, v in stats.items()}
             for inst in self.pending.values():
-                self._finish(inst, into=stats)
+                if inst.ended:  # an op counts once some rank has finished it
+                    self._finish(inst, into=stats)
         rows = []
         for (op, group), st in sorted(stats.items(), key=lambda kv: (kv[0][1], kv[0][0])):
             n = self.group_size(group) or self.world_size
@@ -281,9 +383,19 @@ class Model:
             rows.append(row)
         return rows
 
+    def findings(self, now: int | None = None) -> Findings:
+        """The diagnoses at `now` (wall ns; default: the newest event's time) and the
+        ranks whose in-flight op is part of one."""
+        return diagnose(self, self.last_t if now is None else now)
+
+    def diagnoses(self, now: int | None = None) -> list[dict]:
+        """The `diagnoses` entries of the summary (DESIGN.md), computed at `now`."""
+        return self.findings(now).diagnoses
+
     def summary(self, now: int | None = None) -> dict:
         """The `commviz summary --json` document (keys are a contract: DESIGN.md)."""
         now = self.last_t if now is None else now
+        found = self.findings(now)
         ranks = []
         for rank in sorted(self.ranks):
             r = self.ranks[rank]
@@ -294,7 +406,7 @@ class Model:
                     "host": h.host if h else "",
                     "pid": h.pid if h else 0,
                     "device": h.device if h else "",
-                    "status": self.rank_status(r, now),
+                    "status": self.rank_status(r, now, found.hung),
                     "dropped": r.dropped,
                 }
             )
@@ -314,25 +426,27 @@ class Model:
             "ranks": ranks,
             "ops": self.op_rows(),
             "per_rank": per_rank,
-            "diagnoses": [],
+            "diagnoses": found.diagnoses,
             "events": self.events,
             "decode_errors": self.decode_errors,
         }
 
     def rank_rows(self, now: int) -> list[dict]:
         """One row per rank for live tables."""
+        hung = self.findings(now).hung
         rows = []
         for rank in sorted(self.ranks):
             r = self.ranks[rank]
             h = r.hello
             cur = self.current_op(r)
+            st = r.stacks.for_op(cur.start.id) if cur else None
             rows.append(
                 {
                     "rank": rank,
                     "host": h.host if h else "?",
                     "pid": h.pid if h else 0,
                     "device": h.device if h else "?",
-                    "status": self.rank_status(r, now),
+                    "status": self.rank_status(r, now, hung),
                     "op": f"{cur.start.op}#{cur.start.seq}" if cur else "",
                     "op_group": cur.start.group if cur else "",
                     "in_op_s": (now - cur.t_wall) / 1e9 if cur else 0.0,
@@ -341,6 +455,7 @@ class Model:
                     "last_seen_s": (now - r.last_seen) / 1e9 if r.last_seen else None,
                     "dropped": r.dropped,
                     "last_op": r.last_op,
+                    "where": st.where() if st is not None else "",
                 }
             )
         return rows

@@ -161,3 +161,15 @@ def test_timestamps_from_two_hosts_line_up_on_wall_clock():
     feed(m, 0, [OpStart(0, 1000, "all_reduce", "0", 0, 64)])
     feed(m, 1, [OpStart(0, 5_000_001_000, "all_reduce", "0", 0, 64)])
     assert m.ranks[0].inflight[0].t_wall == m.ranks[1].inflight[0].t_wall
+
+
+def test_ops_nobody_has_finished_are_not_counted_yet():
+    m = Model()
+    for r in (0, 1):
+        feed(m, r, [hello(r), group()])
+    feed(m, 0, [OpStart(0, 100, "all_reduce", "0", 0, 64)])
+    feed(m, 1, [OpStart(0, 120, "all_reduce", "0", 0, 64)])
+    assert m.summary()["ops"] == []
+    assert sorted(m.pending[("0", 0)].starts) == [0, 1]  # but who is inside is known
+    feed(m, 0, [OpEnd(0, 200)])
+    assert m.summary()["ops"][0]["count"] == 1
