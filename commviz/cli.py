@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,7 +60,7 @@ def cmd_summary(args) -> int:
         loaded = load(args.path)
     except (TraceError, OSError) as exc:
         return _die(str(exc))
-    model = Model()
+    model = Model(hang_after_s=args.hang_after)
     for b in loaded.batches:
         model.ingest_batch(b)
     _mark_unfinished(model, loaded)
@@ -93,16 +94,18 @@ def cmd_record(args, cmd: list[str]) -> int:
         return _die("record needs a command: commviz record -o t.cvz -- torchrun --nproc-per-node 2 scenarios/allreduce.py")
     try:
         addr = _listen_addr(args, private_name=f"record-{os.getpid()}.sock")
-        feed = LiveFeed(addr, record_to=args.output).start()
+        feed = LiveFeed(addr, record_to=args.output, hang_after_s=args.hang_timeout or 10.0).start()
     except (AddressError, OSError) as exc:
         return _die(str(exc))
     try:
-        proc = launch.start(cmd, feed.addr)
+        stack_after = max(0.5, args.hang_timeout / 2) if args.hang_timeout else None
+        proc = launch.start(cmd, feed.addr, stack_after_s=stack_after)
     except SystemExit as exc:
         feed.close()
         return _die(str(exc).removeprefix("commviz: "))
+    found: list[dict] = []
     try:
-        rc = proc.wait()
+        rc = _wait_or_diagnose(proc, feed, args.hang_timeout, found)
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         rc = proc.wait()
@@ -112,12 +115,51 @@ def cmd_record(args, cmd: list[str]) -> int:
         time.sleep(0.05)
     time.sleep(0.1)
     feed.close()
-    s = feed.model.summary()
-    print(render_summary(s, feed.errors[-5:]), file=sys.stderr if args.quiet else sys.stdout)
+    with feed.lock:
+        s = feed.model.summary()
+    if found:
+        # what was true when the job was stopped, not after we killed it
+        s["diagnoses"] = found
+    out = sys.stderr if args.quiet else sys.stdout
+    print(render_summary(s, feed.errors[-5:]), file=out)
     print(f"trace written to {args.output}  (commviz summary {args.output} · commviz replay {args.output})")
+    if found:
+        print(f"commviz: stopped the job: {len(found)} diagnosis(es) after {args.hang_timeout:g} s", file=sys.stderr)
+        return 3
     if rc != 0:
         print(f"commviz: the job exited with status {rc}", file=sys.stderr)
-    return rc
+        return rc
+    if s["diagnoses"]:
+        return 3
+    return 0
+
+
+def _wait_or_diagnose(proc, feed, hang_timeout: float | None, found: list) -> int:
+    """Wait for the job; with a hang timeout, check the model about once a second
+    and stop the job (torchrun, then its ranks) as soon as something is wrong."""
+    if not hang_timeout:
+        return proc.wait()
+    while True:
+        try:
+            return proc.wait(timeout=0.5)
+        except subprocess.TimeoutExpired:
+            pass
+        with feed.lock:
+            diags = [d for d in feed.model.diagnoses(time.time_ns()) if d["kind"] != "straggler"]
+        if diags:
+            found.extend(diags)
+            _stop(proc)
+            return proc.returncode
+
+
+def _stop(proc) -> None:
+    """SIGTERM torchrun (it forwards to its workers), then SIGKILL if it lingers."""
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # ------------------------------------------------------------ watch / demo
@@ -143,14 +185,12 @@ def _run_app(feed, title: str, proc=None, log_path: str | None = None) -> int:
     return 0
 
 
-def _start_job_logged(cmd: list[str], addr: str):
-    import subprocess
-
+def _start_job_logged(cmd: list[str], addr: str, stack_after_s: float | None = None):
     from commviz import launch
 
     log = tempfile.NamedTemporaryFile(prefix="commviz-job-", suffix=".log", delete=False)
-    proc = subprocess.Popen(launch.resolve(cmd), env=launch.job_env(addr), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(launch.resolve(cmd), env=launch.job_env(addr, stack_after_s=stack_after_s), stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return proc, log.name
 
 
@@ -165,7 +205,7 @@ def cmd_watch(args, cmd: list[str]) -> int:
     proc = log = None
     if cmd:
         try:
-            proc, log = _start_job_logged(cmd, feed.addr)
+            proc, log = _start_job_logged(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, args.hang_after / 2)))
         except SystemExit as exc:
             feed.close()
             return _die(str(exc).removeprefix("commviz: "))
@@ -298,6 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-o", "--output", required=True, metavar="FILE", help="trace file to write (.cvz)")
     r.add_argument("--listen", metavar="ADDR", help="address for the ranks (default: a private per-run socket)")
     r.add_argument("-q", "--quiet", action="store_true", help="summary to stderr")
+    r.add_argument("--hang-timeout", type=float, metavar="S",
+                   help="stop the job once ranks have waited S seconds on a rank that will not come "
+                   "(hang, p2p deadlock, desync, dead rank); print the diagnosis and exit 3")
 
     rp = sub.add_parser("replay", help="dashboard on a recorded trace")
     rp.add_argument("path", metavar="FILE_OR_DIR")
@@ -306,6 +349,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR")
     s.add_argument("path", metavar="FILE_OR_DIR")
     s.add_argument("--json", action="store_true", help="the stable JSON document (see DESIGN.md)")
+    s.add_argument("--hang-after", type=float, default=1.0, metavar="S",
+                   help="ops still waiting this long at the end of the trace count as a hang (default 1)")
 
     d = sub.add_parser("demo", help="dashboard + a small CPU job, one command")
     d.add_argument("--nproc", type=int, default=4)

@@ -12,10 +12,13 @@ import commviz
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(commviz.__file__)), "_bootstrap")
 
 
-def job_env(addr: str, base: dict | None = None) -> dict:
+def job_env(addr: str, base: dict | None = None, stack_after_s: float | None = None) -> dict:
     """The environment for a launched job: our start-up hook first on PYTHONPATH,
-    events to `addr`."""
+    events to `addr`; ranks capture stacks of ops stuck `stack_after_s`, early enough
+    for the watcher's hang threshold to show them."""
     env = dict(os.environ if base is None else base)
+    if stack_after_s is not None:
+        env["COMMVIZ_STACK_AFTER"] = f"{stack_after_s:g}"
     parts = [BOOTSTRAP_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["COMMVIZ_AUTOSTART"] = "1"
@@ -34,9 +37,9 @@ def resolve(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def start(cmd: list[str], addr: str, quiet: bool = False) -> subprocess.Popen:
+def start(cmd: list[str], addr: str, quiet: bool = False, stack_after_s: float | None = None) -> subprocess.Popen:
     out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen(resolve(cmd), env=job_env(addr), stdout=out, stderr=out)
+    return subprocess.Popen(resolve(cmd), env=job_env(addr, stack_after_s=stack_after_s), stdout=out, stderr=out)
 
 
 def torchrun(nproc: int, script: str, *args: str) -> list[str]:

@@ -52,9 +52,30 @@ def render_summary(s: dict, problems: list[str] | None = None) -> str:
     else:
         out.append("no ops recorded")
     for d in s.get("diagnoses", []):
-        out.append(f"{d['kind'].upper()}: {d['message']}")
+        out.append("")
+        out += render_diagnosis(d)
     if s.get("decode_errors"):
         out.append(f"{s['decode_errors']} frames could not be decoded")
     for p in problems or []:
         out.append(f"note: {p}")
     return "\n".join(out)
+
+
+def render_diagnosis(d: dict, max_frames: int = 4) -> list[str]:
+    """A diagnosis as a person reads it: the message, who waits for whom, and where
+    each involved rank is stuck (its own code first)."""
+    lines = [f"{d['kind'].upper()}: {d['message']}"]
+    who = []
+    for key, label in (("waiting_ranks", "waiting"), ("missing_ranks", "missing"), ("culprit_ranks", "culprit")):
+        if d.get(key):
+            who.append(f"{label} {','.join(map(str, d[key]))}")
+    if who:
+        lines.append("  " + " · ".join(who))
+    for st in d.get("stacks") or []:
+        where = st.get("where") or ""
+        lines.append(f"  rank {st['rank']} ({st.get('thread') or 'thread ?'}) stuck at {where}")
+        frames = [f for f in st.get("frames", []) if f.get("user")][:max_frames]
+        for f in frames:
+            text = f" — {f['text']}" if f.get("text") else ""
+            lines.append(f"      {f['file']}:{f['line']} in {f.get('function', '')}{text}")
+    return lines

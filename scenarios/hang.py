@@ -1,9 +1,10 @@
 """A hang: one rank skips a collective in a sub-group, the others wait for it.
 
-Ranks 0..n-1 form a sub-group of the first half of the ranks (at least 2). Every
-member calls all_reduce on it --iters times, except the victim rank, which skips
-step --skip-at and moves on to a barrier on the default group. The others block in
-all_reduce #skip-at forever (gloo's timeout is 30 minutes).
+All ranks but the last form a sub-group (all of them on 2 ranks). Every member calls
+all_reduce on it --iters times, except the victim (the last member), which skips
+step --skip-at and moves on to a barrier on the default group, where the ranks
+outside the sub-group already wait. The other members block in all_reduce
+#skip-at forever (gloo's timeout is 30 minutes).
 
     commviz record -o hang.cvz --hang-timeout 5 -- torchrun --nproc-per-node 4 scenarios/hang.py
 
@@ -24,17 +25,18 @@ from _common import init, mark, parser, say
 def main() -> int:
     p = parser(__doc__, numel=1024, iters=5)
     p.add_argument("--skip-at", type=int, default=2, help="the step the victim skips (default 2)")
-    p.add_argument("--victim", type=int, default=1, help="the rank that skips it (default 1)")
+    p.add_argument("--victim", type=int, default=-1, help="the rank that skips it (default: the last member)")
     args = p.parse_args()
     rank, world, device = init()
-    members = list(range(max(2, world // 2)))
+    members = list(range(max(2, world - 1)))
+    victim = args.victim if args.victim >= 0 else members[-1]
     sub = dist.new_group(members)
-    say(rank, f"hang: ranks {members} all_reduce in a sub-group; rank {args.victim} skips step {args.skip_at}")
+    say(rank, f"hang: ranks {members} all_reduce in a sub-group; rank {victim} skips step {args.skip_at}")
     t = torch.ones(args.numel, device=device)
     if rank in members:
         for i in range(args.iters):
             mark(f"step {i}")
-            if rank == args.victim and i == args.skip_at:
+            if rank == victim and i == args.skip_at:
                 break  # the bug: this rank leaves the loop early
             dist.all_reduce(t, group=sub)
             if args.interval:

@@ -13,6 +13,7 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, Static
 
+from commviz.tui.alerts import ALERT_COLUMNS, DiagnosisScreen, alert_rows
 from commviz.tui.feed import Feed, ReplayFeed
 from commviz.tui.fmt import format_bytes, format_count, format_gbps, format_seconds, format_us
 
@@ -179,6 +180,10 @@ class WatchApp(App):
             ranks = DataTable(id="ranks", cursor_type="row", zebra_stripes=True, fixed_columns=1)
             ranks.border_title = "Ranks"
             yield ranks
+            alerts = DataTable(id="alerts", cursor_type="row")
+            alerts.border_title = "Alerts"
+            alerts.border_subtitle = "enter: details"
+            yield alerts
             ops = DataTable(id="ops", cursor_type="row", zebra_stripes=True)
             ops.border_title = "Ops"
             ops.border_subtitle = "bandwidth in GB/s"
@@ -197,6 +202,11 @@ class WatchApp(App):
             ranks.add_column(_r(label) if right else label, key=key)
         for key, label, right in OP_COLUMNS:
             ops.add_column(_r(label) if right else label, key=key)
+        self._alerts = alerts = self.query_one("#alerts", DataTable)
+        for key, label in ALERT_COLUMNS:
+            alerts.add_column(label, key=key)
+        alerts.display = False
+        self._alert_payload: dict[str, dict] = {}
         self.refresh_view()
         self.set_interval(1.0 / self.refresh_hz, self.refresh_view, name="refresh")
 
@@ -221,6 +231,7 @@ class WatchApp(App):
             if not self.frozen:
                 rank_rows = m.rank_rows(now)
                 op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
+                alerts = alert_rows(m.diagnoses(now), rank_rows, m.decode_errors, m.last_decode_error)
         self._update_status(feed.status(), info, now)
         if self.frozen:
             return
@@ -232,6 +243,11 @@ class WatchApp(App):
         sync_table(
             ops, OP_COLUMNS, [(f"{r['op']}@{r['group']}", op_cells(r)) for r in op_rows], _sort_ops
         )
+        self._alert_payload = {key: payload for key, _, payload in alerts}
+        self._alerts.display = bool(alerts) and not empty
+        if alerts:
+            sync_table(self._alerts, ALERT_COLUMNS, [(key, cells) for key, cells, _ in alerts], lambda t: None)
+            self._alerts.border_title = f"Alerts ({len(alerts)})"
         ws = info["world_size"]
         ranks.border_title = f"Ranks {info['nranks']}/{ws}" if ws else "Ranks"
         ops.border_title = f"Ops ({len(op_rows)})" if op_rows else "Ops (none finished yet)"
@@ -252,6 +268,13 @@ class WatchApp(App):
         self._status.update(t)
 
     # ----------------------------------------------------------------- actions
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id != "alerts":
+            return
+        payload = self._alert_payload.get(event.row_key.value)
+        if payload is not None:
+            self.push_screen(DiagnosisScreen(payload))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.REPLAY_ACTIONS:

@@ -1,0 +1,68 @@
+"""The alerts panel's rows and the screen that opens one: diagnoses first (what
+the model says is wrong), then the probe's and the wire's own trouble (dropped
+events, undecodable frames), each a line a person can act on."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from commviz.report import render_diagnosis
+
+KIND_STYLE = {
+    "hang": "bold red",
+    "p2p_deadlock": "bold red",
+    "desync": "bold red",
+    "dead_rank": "bold red",
+    "straggler": "bold yellow",
+    "dropped": "yellow",
+    "decode": "yellow",
+}
+
+ALERT_COLUMNS = [("kind", "alert"), ("where", "where"), ("message", "what to look at")]
+
+
+def alert_rows(diagnoses: list[dict], ranks: list[dict], decode_errors: int, last_decode_error: str) -> list[tuple[str, tuple, dict]]:
+    """(row key, cells, payload for the detail screen)."""
+    rows = []
+    for i, d in enumerate(diagnoses):
+        where = f"{d['op']} #{d['seq']} g{d['group']}" if d.get("op") else f"group {d.get('group', '?')}"
+        key = f"{d['kind']}:{d.get('group')}:{d.get('seq')}:{i}"
+        rows.append((key, (Text(d["kind"], style=KIND_STYLE.get(d["kind"], "")), where, d["message"]), d))
+    dropped = [r for r in ranks if r.get("dropped")]
+    if dropped:
+        total = sum(r["dropped"] for r in dropped)
+        who = ",".join(str(r["rank"]) for r in dropped)
+        msg = f"{total} events never reached this watcher (ranks {who}); set COMMVIZ_TRACE_DIR to keep everything"
+        rows.append(("dropped", (Text("dropped", style=KIND_STYLE["dropped"]), f"ranks {who}", msg),
+                     {"kind": "dropped", "message": msg}))
+    if decode_errors:
+        msg = f"{decode_errors} frames could not be decoded; last: {last_decode_error}"
+        rows.append(("decode", (Text("bad frames", style=KIND_STYLE["decode"]), "wire", msg),
+                     {"kind": "decode", "message": msg}))
+    return rows
+
+
+class DiagnosisScreen(ModalScreen[None]):
+    """One alert in full: the message, who waits for whom, and each rank's stack."""
+
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, diagnosis: dict) -> None:
+        super().__init__()
+        self.diagnosis = diagnosis
+
+    def compose(self) -> ComposeResult:
+        d = self.diagnosis
+        lines = render_diagnosis(d, max_frames=8) if "waiting_ranks" in d or "stacks" in d else [d["message"]]
+        body = Text()
+        head, *rest = lines
+        body.append(head + "\n", style=KIND_STYLE.get(d.get("kind", ""), "bold"))
+        body.append("\n".join(rest))
+        with VerticalScroll(id="diagnosis"):
+            yield Static(body)
+            yield Static(Text("esc to close", style="dim"))
