@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,14 +95,16 @@ def cmd_record(args, cmd: list[str]) -> int:
         return _die("record needs a command: commviz record -o t.cvz -- torchrun --nproc-per-node 2 scenarios/allreduce.py")
     try:
         addr = _listen_addr(args, private_name=f"record-{os.getpid()}.sock")
-        feed = LiveFeed(addr, record_to=args.output, hang_after_s=args.hang_timeout or 10.0).start()
+        ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir())
+        feed = LiveFeed(addr, record_to=args.output, hang_after_s=args.hang_timeout or 10.0, ring_dir=ring_dir).start()
     except (AddressError, OSError) as exc:
         return _die(str(exc))
     try:
         stack_after = max(0.5, args.hang_timeout / 2) if args.hang_timeout else None
-        proc = launch.start(cmd, feed.addr, stack_after_s=stack_after)
+        proc = launch.start(cmd, feed.addr, stack_after_s=stack_after, ring_dir=ring_dir)
     except SystemExit as exc:
         feed.close()
+        shutil.rmtree(ring_dir, ignore_errors=True)
         return _die(str(exc).removeprefix("commviz: "))
     found: list[dict] = []
     try:
@@ -112,9 +115,12 @@ def cmd_record(args, cmd: list[str]) -> int:
     # Ranks flush their last batch and goodbye at exit; give the frames a moment.
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline and not feed.all_exited():
+        feed.collect_rings()  # ranks that died before saying (or without saying) goodbye
         time.sleep(0.05)
     time.sleep(0.1)
+    feed.collect_rings()
     feed.close()
+    shutil.rmtree(ring_dir, ignore_errors=True)
     with feed.lock:
         s = feed.model.summary()
     if found:
@@ -185,12 +191,12 @@ def _run_app(feed, title: str, proc=None, log_path: str | None = None) -> int:
     return 0
 
 
-def _start_job_logged(cmd: list[str], addr: str, stack_after_s: float | None = None):
+def _start_job_logged(cmd: list[str], addr: str, stack_after_s: float | None = None, ring_dir: str | None = None):
     from commviz import launch
 
     log = tempfile.NamedTemporaryFile(prefix="commviz-job-", suffix=".log", delete=False)
-    proc = subprocess.Popen(launch.resolve(cmd), env=launch.job_env(addr, stack_after_s=stack_after_s), stdout=log,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    env = launch.job_env(addr, stack_after_s=stack_after_s, ring_dir=ring_dir)
+    proc = subprocess.Popen(launch.resolve(cmd), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return proc, log.name
 
 
@@ -199,13 +205,15 @@ def cmd_watch(args, cmd: list[str]) -> int:
 
     try:
         addr = _listen_addr(args, private_name=f"watch-{os.getpid()}.sock" if cmd else None)
-        feed = LiveFeed(addr, record_to=args.record, hang_after_s=args.hang_after).start()
+        ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir()) if cmd else None
+        feed = LiveFeed(addr, record_to=args.record, hang_after_s=args.hang_after, ring_dir=ring_dir).start()
     except (AddressError, OSError) as exc:
         return _die(str(exc))
     proc = log = None
     if cmd:
         try:
-            proc, log = _start_job_logged(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, args.hang_after / 2)))
+            proc, log = _start_job_logged(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, args.hang_after / 2)),
+                                          ring_dir=ring_dir)
         except SystemExit as exc:
             feed.close()
             return _die(str(exc).removeprefix("commviz: "))

@@ -36,6 +36,7 @@ class Hello(msgspec.Struct, tag="hello", array_like=True, omit_defaults=True):
     wall_ns: int
     cuda_uuid: str | None = None
     pci_bus_id: str | None = None
+    ring: str = ""  # this rank's crash ring (trace/ring.py), for the watcher on the same host
 
 
 class GroupDef(msgspec.Struct, tag="group", array_like=True, omit_defaults=True):

@@ -12,13 +12,16 @@ import commviz
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(commviz.__file__)), "_bootstrap")
 
 
-def job_env(addr: str, base: dict | None = None, stack_after_s: float | None = None) -> dict:
+def job_env(addr: str, base: dict | None = None, stack_after_s: float | None = None,
+            ring_dir: str | None = None) -> dict:
     """The environment for a launched job: our start-up hook first on PYTHONPATH,
     events to `addr`; ranks capture stacks of ops stuck `stack_after_s`, early enough
     for the watcher's hang threshold to show them."""
     env = dict(os.environ if base is None else base)
     if stack_after_s is not None:
         env["COMMVIZ_STACK_AFTER"] = f"{stack_after_s:g}"
+    if ring_dir is not None:
+        env["COMMVIZ_RING_DIR"] = ring_dir
     parts = [BOOTSTRAP_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["COMMVIZ_AUTOSTART"] = "1"
@@ -37,9 +40,11 @@ def resolve(cmd: list[str]) -> list[str]:
     return cmd
 
 
-def start(cmd: list[str], addr: str, quiet: bool = False, stack_after_s: float | None = None) -> subprocess.Popen:
+def start(cmd: list[str], addr: str, quiet: bool = False, stack_after_s: float | None = None,
+          ring_dir: str | None = None) -> subprocess.Popen:
     out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen(resolve(cmd), env=job_env(addr, stack_after_s=stack_after_s), stdout=out, stderr=out)
+    env = job_env(addr, stack_after_s=stack_after_s, ring_dir=ring_dir)
+    return subprocess.Popen(resolve(cmd), env=env, stdout=out, stderr=out)
 
 
 def torchrun(nproc: int, script: str, *args: str) -> list[str]:

@@ -18,7 +18,9 @@ LIVENESS_EVERY_S = 0.5
 
 
 class LiveFeed:
-    def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0) -> None:
+    def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0,
+                 ring_dir: str | None = None) -> None:
+        self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self.lock = threading.Lock()
         self.model = Model(hang_after_s=hang_after_s)
         self.writer = TraceWriter(record_to) if record_to else None
@@ -51,6 +53,7 @@ class LiveFeed:
     def _watch_pids(self) -> None:
         """A rank on this host whose process is gone without a goodbye is dead."""
         while not self._stop.wait(LIVENESS_EVERY_S):
+            self.collect_rings()
             with self.lock:
                 candidates = [
                     (r.rank, r.hello.pid)
@@ -59,11 +62,73 @@ class LiveFeed:
                 ]
             for rank, pid in candidates:
                 if not _pid_alive(pid):
+                    recovered = self._read_ring(rank, pid)
                     with self.lock:
                         r = self.model.ranks.get(rank)
                         # Re-check under the lock: its goodbye may just have arrived.
-                        if r is not None and r.hello is not None and r.hello.pid == pid:
+                        if r is not None and r.hello is not None and r.hello.pid == pid and r.status != "exited":
+                            for ev in recovered:
+                                self.model.ingest(rank, ev)
                             self.model.mark_gone(rank, "process ended without a goodbye")
+
+    def _read_ring(self, rank: int, pid: int) -> list:
+        """What a dead rank started (and finished) but never sent: its crash ring."""
+        with self.lock:
+            r = self.model.ranks.get(rank)
+            path = r.hello.ring if r is not None and r.hello is not None else ""
+        got = self._recover(path) if path else None
+        return got[2] if got is not None and got[0] == rank and got[1] == pid else []
+
+    def _recover(self, path: str):
+        """(rank, pid, events) from a ring file, recorded to the trace; a private ring
+        (ring-<pid>.ring) is removed once read, a trace-dir one is left for summary."""
+        from commviz.trace.ring import RingError, read_ring
+
+        if not os.path.exists(path):
+            return None
+        try:
+            rank, pid, events = read_ring(path)
+        except (RingError, OSError) as exc:
+            self._on_error("crash ring", f"{path} unreadable: {exc}")
+            return None
+        if os.path.basename(path).startswith("ring-"):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if self.writer is not None and events:
+            from commviz.events import encode_batch
+
+            with self.lock:
+                if self.writer is not None:
+                    self.writer.write(encode_batch(rank, events))
+        return rank, pid, events
+
+    def collect_rings(self) -> None:
+        """Rings left in our job's ring dir by processes that are gone: ranks that
+        died, possibly before their first hello reached us."""
+        if not self.ring_dir or not os.path.isdir(self.ring_dir):
+            return
+        for name in os.listdir(self.ring_dir):
+            if not name.startswith("ring-") or not name.endswith(".ring"):
+                continue
+            try:
+                pid = int(name[len("ring-"):-len(".ring")])
+            except ValueError:
+                continue
+            if _pid_alive(pid):
+                continue
+            got = self._recover(os.path.join(self.ring_dir, name))
+            if got is None:
+                continue
+            rank, pid, events = got
+            with self.lock:
+                r = self.model.ranks.get(rank)
+                if r is not None and r.status == "exited":
+                    continue
+                for ev in events:
+                    self.model.ingest(rank, ev)
+                self.model.mark_gone(rank, "process ended without a goodbye (recovered from its crash ring)")
 
     # Feed protocol (read by the TUI) ------------------------------------
 

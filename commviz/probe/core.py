@@ -21,6 +21,11 @@ from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
 from commviz.probe.sender import END, START, Sender
 from commviz.probe.work import Waiters
+from commviz.trace import ring as _ring
+
+_RING_HS, _RING_SS, _RING_MASK = _ring.HEADER_SIZE, _ring.SLOT_SIZE, _ring.SLOTS - 1
+_RING_HEAD, _RING_PMAX = _ring.SLOT_HEAD.size, _ring.PAYLOAD_MAX
+_SLOT_HEAD, _END_HEAD = _ring.SLOT_HEAD, _ring.END_HEAD
 
 
 class _TLS(threading.local):
@@ -99,6 +104,9 @@ class Probe:
         self._track_mode: dict[tuple[str, str], str] = {}
         self.late_patches: list = []  # run once torch is fully imported (probe start)
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
+        self.ring = None  # crash ring writer (trace/ring.py); ring_m is its mmap, read by the hot path
+        self.ring_m = None
+        self.ring_encode = None
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         try:
@@ -128,7 +136,9 @@ class Probe:
         dist = self.dist
         rank = dist.get_rank()
         self.rank = rank
+        ring_path = self._open_ring(rank)
         hello = self._hello(rank, dist.get_world_size(), str(dist.get_backend()))
+        hello.ring = ring_path
         sampler = None
         from commviz.probe.samplers import HostSampler, local_rank_from_env, should_sample
 
@@ -136,6 +146,7 @@ class Probe:
             sampler = HostSampler(warn=self.health.warn_once)
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
                              self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack, sampler)
+        self.sender.end_sink = self.push
         self.sender.start()
         self.started = True
         for patch in self.late_patches:
@@ -145,6 +156,30 @@ class Probe:
                 self.health.internal("late patch", exc)
         self.late_patches.clear()
         atexit.register(self.shutdown)
+
+    def _open_ring(self, rank: int) -> str:
+        if not self.cfg.ring:
+            return ""
+        try:
+            if self.cfg.trace_dir:
+                os.makedirs(self.cfg.trace_dir, exist_ok=True)
+                path = os.path.join(self.cfg.trace_dir, f"rank-{rank}{_ring.SUFFIX}")
+            elif os.environ.get("COMMVIZ_RING_DIR"):
+                # set by `commviz record/watch -- CMD`: it reads what dead ranks left here
+                path = os.path.join(os.environ["COMMVIZ_RING_DIR"], f"ring-{os.getpid()}{_ring.SUFFIX}")
+            else:
+                from commviz.transport.address import private_dir
+
+                path = os.path.join(private_dir(), f"ring-{os.getpid()}{_ring.SUFFIX}")
+            self.ring = _ring.RingWriter(path, rank)
+        except Exception as exc:
+            self.health.warn_once("ring", f"no crash ring ({exc}); a rank that aborts may lose its last ops")
+            return ""
+        import msgspec
+
+        self.ring_encode = msgspec.msgpack.Encoder().encode
+        self.ring_m = self.ring._m
+        return path
 
     def _hello(self, rank: int, world: int, backend: str) -> Hello:
         import torch
@@ -193,15 +228,37 @@ class Probe:
             s.stop(reason)
         except Exception as exc:
             self.health.internal("shutdown", exc)
+        ring, self.ring, self.ring_m = self.ring, None, None
+        if ring is not None:
+            ring.close(delete=True)  # everything reached the trace or the watcher
 
     # ------------------------------------------------------------ recording
 
-    def push(self, rec: tuple) -> None:
+    def push(self, rec) -> None:
         q = self.queue
         if len(q) < self.cfg.queue_cap:
             q.append(rec)
         else:
             self.health.dropped += 1
+        ring = self.ring_m
+        if ring is not None and type(rec) is tuple:
+            try:
+                if rec[0] == END:
+                    _END_HEAD.pack_into(ring, _RING_HS + (rec[1] & _RING_MASK) * _RING_SS, rec[2], 2)
+                else:
+                    self.ring_start(rec)
+            except Exception as exc:
+                self.health.internal("ring", exc)
+
+    def ring_start(self, start: tuple) -> None:
+        """The start goes to the crash ring at once (see trace/ring.py)."""
+        ring = self.ring_m
+        payload = self.ring_encode(start)
+        n = len(payload)
+        if n <= _RING_PMAX:
+            off = _RING_HS + (start[1] & _RING_MASK) * _RING_SS
+            ring[off + _RING_HEAD : off + _RING_HEAD + n] = payload
+            _SLOT_HEAD.pack_into(ring, off, 0, 1, n, start[1])
 
     def group_info(self, pg) -> GroupInfo | None:
         if pg is None:

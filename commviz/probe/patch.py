@@ -19,6 +19,7 @@ from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.probe.core import _DTYPE_NAMES, Rec, dtype_name, reduce_name
 from commviz.probe.sender import END, START
+from commviz.trace import ring as _ring
 
 _lock = threading.Lock()
 _probe = None
@@ -118,6 +119,7 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     groups = probe.groups
     clock = time.monotonic_ns
     dtypes = _DTYPE_NAMES
+    end_head, ring_hs, ring_ss, ring_mask = _ring.END_HEAD.pack_into, _ring.HEADER_SIZE, _ring.SLOT_SIZE, _ring.SLOTS - 1
 
     def nested(args, kwargs, depth):
         # Only the outer call's direct children count towards its bytes: send
@@ -179,10 +181,13 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
                             red = red_default_name if r is red_default else reduce_name(r)
                     op_id = next(ids)
                     t0 = clock()
+                    start = (START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red)
                     if len(q) < cap:
-                        q.append((START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red))
+                        q.append(start)
                     else:
                         health.dropped += 1
+                    if probe.ring_m is not None:
+                        probe.ring_start(start)
                     cuda = x.is_cuda
                     rec = True  # the Rec object is only built when needed (async, error, CUDA)
             else:
@@ -207,18 +212,21 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
             tls.depth = 0
             tls.want_inner = False
             try:
-                if len(q) < cap:
-                    q.append((END, op_id, clock(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
+                probe.push((END, op_id, clock(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
             except Exception as exc2:
                 health.internal(name, exc2)
             raise
         tls.depth = 0
         if result is None and not cuda and not inner_rule and tls.coalesced is None:
             # a blocking CPU op that is done now (the common case)
+            t1 = clock()
             if len(q) < cap:
-                q.append((END, op_id, clock(), "", -1, -1))
+                q.append((END, op_id, t1, "", -1, -1))
             else:
                 health.dropped += 1
+            ring = probe.ring_m
+            if ring is not None:
+                end_head(ring, ring_hs + (op_id & ring_mask) * ring_ss, t1, 2)
             return result
         try:
             if rec is True:

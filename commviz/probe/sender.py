@@ -61,6 +61,7 @@ class Sender:
         self.stack_after_ns = int(stack_after_s * 1e9)
         self.on_long_op = on_long_op  # (op_id) -> Stack | None
         self.sampler = sampler  # HostSampler on local rank 0, else None
+        self.end_sink = queue.append  # the probe points this at its push (crash ring too)
         self._stacked: set[int] = set()
         self._next_stack_check = 0.0
 
@@ -147,7 +148,7 @@ class Sender:
             except Exception as exc:
                 done, error = True, f"{type(exc).__name__}: {exc}"
             if done:
-                self.queue.append((END, op_id, time.monotonic_ns(), error, nbytes, -1))
+                self.end_sink((END, op_id, time.monotonic_ns(), error, nbytes, -1))
             else:
                 keep.append((op_id, poll, nbytes))
         if keep:

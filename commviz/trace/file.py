@@ -18,6 +18,7 @@ HEADER = struct.Struct("<4sHH")  # magic, format version, reserved
 LEN = struct.Struct("<I")
 MAX_FRAME = 16 * 1024 * 1024  # bigger than any batch the probe writes; guards allocation
 SUFFIX = ".cvz"
+RING_SUFFIX = ".ring"
 
 
 class TraceError(ValueError):
@@ -116,7 +117,26 @@ def load(path: str | os.PathLike) -> Loaded:
         out = Loaded()
         for f in files:
             read_trace(f, out)
+        for f in sorted(p.glob(f"*{RING_SUFFIX}")):
+            add_ring(f, out)
         return out
     if not p.exists():
         raise TraceError(f"{p}: no such file or directory")
     return read_trace(p)
+
+
+def add_ring(path: str | os.PathLike, out: Loaded) -> None:
+    """A crash ring left by a rank that did not exit cleanly: its last op starts
+    (and ends) join the trace; the model drops what it already has by op id."""
+    from commviz.events import Batch, SCHEMA_VERSION
+    from commviz.trace.ring import RingError, read_ring
+
+    try:
+        rank, pid, events = read_ring(path)
+    except (RingError, OSError) as exc:
+        out.problems.append(str(exc))
+        return
+    out.files.append(str(path))
+    if events:
+        out.batches.append(Batch(SCHEMA_VERSION, rank, events))
+        out.problems.append(f"{path}: rank {rank} (pid {pid}) did not exit cleanly; recovered {len(events)} events from its crash ring")

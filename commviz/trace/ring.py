@@ -1,0 +1,123 @@
+"""The crash ring: a small memory-mapped file per rank holding its most recent op
+starts, written on the caller's thread.
+
+On gloo a shape or dtype mismatch aborts a rank (SIGABRT from C++) within
+milliseconds of the call, before the sender thread's next flush; no Python handler
+or atexit runs then. Pages of a shared file mapping outlive the process, so the
+watcher (same host) and `commviz summary` read the ring of a rank that died and
+recover the ops it started — the fatal one included — and those it finished.
+
+Layout: a 64-byte header (magic, version, rank, pid, slots, slot size), then `slots`
+fixed slots. Slot i holds op id ≡ i (mod slots):
+    [0:8]  end time (monotonic ns, 0 while in flight)
+    [8]    state: 0 empty, 1 started, 2 ended
+    [10:12] payload length      [16:24] op id
+    [24:]  payload: the msgpack of the op's start, as on the wire
+The payload is written before the header fields that point at it, and a reader
+keeps a slot only if the decoded start carries the slot's op id, so a slot caught
+mid-write by death is skipped rather than misread.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+import msgspec
+
+from commviz.events import OpEnd, OpStart
+
+MAGIC = b"CVZR"
+VERSION = 1
+HEADER = struct.Struct("<4sHHiiII")
+HEADER_SIZE = 64
+SLOTS = 1024  # a power of two
+SLOT_SIZE = 256
+SLOT_HEAD = struct.Struct("<qBxHxxxxq")  # end_t, state, len, op_id
+END_HEAD = struct.Struct("<qB")  # end_t, state
+PAYLOAD_MAX = SLOT_SIZE - SLOT_HEAD.size
+SUFFIX = ".ring"
+
+_start_decoder = msgspec.msgpack.Decoder(OpStart)
+
+
+class RingError(ValueError):
+    pass
+
+
+class RingWriter:
+    """Rank side. `start`/`end` run on the caller's thread: an encode and two
+    memory writes, no system call."""
+
+    def __init__(self, path: str, rank: int) -> None:
+        import mmap
+
+        self.path = path
+        size = HEADER_SIZE + SLOTS * SLOT_SIZE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._m = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        HEADER.pack_into(self._m, 0, MAGIC, VERSION, 0, rank, os.getpid(), SLOTS, SLOT_SIZE)
+        self._enc = msgspec.msgpack.Encoder()
+        self._mask = SLOTS - 1
+
+    def start(self, op_id: int, record: tuple) -> None:
+        payload = self._enc.encode(record)
+        if len(payload) > PAYLOAD_MAX:  # a huge shape: keep the rest of the start
+            payload = self._enc.encode(record[:8] + ((),) + record[9:])
+            if len(payload) > PAYLOAD_MAX:
+                return
+        off = HEADER_SIZE + (op_id & self._mask) * SLOT_SIZE
+        m = self._m
+        m[off + SLOT_HEAD.size : off + SLOT_HEAD.size + len(payload)] = payload
+        SLOT_HEAD.pack_into(m, off, 0, 1, len(payload), op_id)
+
+    def end(self, op_id: int, t: int) -> None:
+        END_HEAD.pack_into(self._m, HEADER_SIZE + (op_id & self._mask) * SLOT_SIZE, t, 2)
+
+    def close(self, delete: bool) -> None:
+        """A clean exit leaves nothing to recover: the ring is removed."""
+        self._m.close()
+        if delete:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def read_ring(path: str | os.PathLike) -> tuple[int, int, list]:
+    """(rank, pid, events): starts of every op in the ring, and ends of those that
+    finished, in op-id order."""
+    data = Path(path).read_bytes()
+    if len(data) < HEADER_SIZE:
+        raise RingError(f"{path}: too short to be a commviz ring")
+    magic, version, _, rank, pid, slots, slot_size = HEADER.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise RingError(f"{path}: not a commviz ring (starts with {magic!r})")
+    if version > VERSION:
+        raise RingError(f"{path}: ring format {version} is newer than this commviz reads; upgrade commviz")
+    if slot_size < SLOT_HEAD.size or len(data) < HEADER_SIZE + slots * slot_size:
+        raise RingError(f"{path}: ring of {slots} slots of {slot_size} bytes is cut short")
+    found = []
+    for i in range(slots):
+        off = HEADER_SIZE + i * slot_size
+        end_t, state, n, op_id = SLOT_HEAD.unpack_from(data, off)
+        if state not in (1, 2) or n > slot_size - SLOT_HEAD.size:
+            continue
+        try:
+            start = _start_decoder.decode(data[off + SLOT_HEAD.size : off + SLOT_HEAD.size + n])
+        except msgspec.DecodeError:
+            continue
+        if start.id != op_id:
+            continue  # caught mid-write
+        found.append((op_id, start, OpEnd(op_id, end_t) if state == 2 and end_t else None))
+    events = []
+    for _, start, end in sorted(found, key=lambda x: x[0]):
+        events.append(start)
+        if end is not None:
+            events.append(end)
+    return rank, pid, events
