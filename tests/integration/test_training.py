@@ -7,7 +7,7 @@ import pytest
 
 from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, run, torchrun
+from tests.integration.conftest import JOBS, commviz, run, torchrun
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +22,8 @@ def traced(tmp_path, job, *args):
         env={"COMMVIZ_TRACE_DIR": str(d), "COMMVIZ_ADDR": f"ipc://{sock}/nobody.sock"},
     )
     assert p.returncode == 0, p.stderr[-3000:]
+    s = json.loads(run(commviz("summary", str(d), "--json", "--hang-after", "0.5")).stdout)
+    assert s["diagnoses"] == []  # a healthy training step: nothing to report
     events = {}
     for b in load(d).batches:
         for e in b.events:

@@ -1,0 +1,93 @@
+"""Each fault scenario under a real torchrun job: `commviz record --hang-timeout`
+names the kind, ranks, op, group, sequence number and the user's line of code; the
+same trace gives the same diagnosis in `commviz summary`. Healthy jobs give none."""
+
+import json
+import os
+
+import pytest
+
+from tests.integration.conftest import REPO, commviz, run, torchrun
+
+pytestmark = pytest.mark.integration
+
+SCEN = os.path.join(REPO, "scenarios")
+
+
+def record(tmp_path, nproc, script, *args, timeout_s="3"):
+    out = tmp_path / "t.cvz"
+    p = run(commviz("record", "-o", str(out), "--hang-timeout", timeout_s, "--",
+                    *torchrun(nproc, os.path.join(SCEN, script), *args)), timeout=120)
+    s = json.loads(run(commviz("summary", str(out), "--json", "--hang-after", "1")).stdout)
+    return p, s
+
+
+def only(s, kind):
+    ds = [d for d in s["diagnoses"] if d["kind"] == kind]
+    assert len(ds) == 1, s["diagnoses"]
+    return ds[0]
+
+
+def user_frames(d):
+    return {st["rank"]: st.get("where", "") for st in d.get("stacks") or []}
+
+
+def test_hang_names_the_missing_rank_and_the_line(tmp_path):
+    p, s = record(tmp_path, 4, "hang.py")
+    assert p.returncode == 3 and "HANG:" in p.stdout
+    d = only(s, "hang")
+    assert (d["op"], d["seq"]) == ("all_reduce", 2)
+    assert d["group"] != "0"  # the sub-group of ranks 0-2
+    assert (d["waiting_ranks"], d["missing_ranks"], d["culprit_ranks"]) == ([0, 1], [2], [2])
+    assert "barrier" in d["message"]  # what the missing rank does instead
+    where = user_frames(d)
+    assert where[0].startswith("hang.py:") and where[1] == where[0]
+    assert where[2].startswith("hang.py:") and where[2] != where[0]
+
+
+def test_p2p_deadlock_shows_the_cycle(tmp_path):
+    p, s = record(tmp_path, 2, "p2p_deadlock.py")
+    assert p.returncode == 3
+    d = only(s, "p2p_deadlock")
+    assert (d["op"], d["group"], d["seq"]) == ("recv", "0", 0)
+    assert d["waiting_ranks"] == [0, 1] and d["culprit_ranks"] == [0, 1]
+    assert "cycle" in d["message"] and "recv←1" in d["message"] and "recv←0" in d["message"]
+    assert all(w.startswith("p2p_deadlock.py:") for w in user_frames(d).values())
+
+
+@pytest.mark.parametrize("mismatch,says", [("op", "broadcast"), ("shape", "8192 B"), ("dtype", "float64")])
+def test_desync_says_who_differs_and_how(tmp_path, mismatch, says):
+    """shape/dtype: gloo aborts a rank within milliseconds; its last op still shows
+    (crash ring). op: the ranks hang in different collectives."""
+    p, s = record(tmp_path, 2, "desync.py", "--mismatch", mismatch)
+    assert p.returncode != 0
+    d = only(s, "desync")
+    assert (d["op"], d["group"], d["seq"], d["culprit_ranks"]) == ("all_reduce", "0", 2, [1])
+    assert says in d["message"]
+
+
+def test_dead_rank(tmp_path):
+    p, s = record(tmp_path, 3, "crash.py")
+    assert p.returncode != 0
+    d = only(s, "dead_rank")
+    assert (d["op"], d["group"], d["seq"]) == ("all_reduce", "0", 3)
+    assert (d["waiting_ranks"], d["missing_ranks"], d["culprit_ranks"]) == ([0, 1], [2], [2])
+    assert [r["status"] for r in s["ranks"]][2] == "dead"
+
+
+def test_straggler(tmp_path):
+    p, s = record(tmp_path, 4, "straggler.py", "--iters", "40", "--delay", "0.02")
+    d = only(s, "straggler")
+    assert d["culprit_ranks"] == [3] and d["group"] == "0"
+    assert "rank 3 arrives last" in d["message"]
+
+
+def test_healthy_jobs_have_no_diagnosis_even_with_a_short_threshold(tmp_path):
+    from tests.integration.conftest import JOBS
+
+    for nproc, script in ((4, os.path.join(SCEN, "allreduce.py")), (2, os.path.join(JOBS, "mixed.py"))):
+        out = tmp_path / "h.cvz"
+        p = run(commviz("record", "-o", str(out), "--hang-timeout", "1", "--", *torchrun(nproc, script)))
+        assert p.returncode == 0, p.stdout[-2000:]
+        s = json.loads(run(commviz("summary", str(out), "--json", "--hang-after", "0.5")).stdout)
+        assert s["diagnoses"] == []
