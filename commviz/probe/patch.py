@@ -120,6 +120,7 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     clock = time.monotonic_ns
     dtypes = _DTYPE_NAMES
     end_head, ring_hs, ring_ss, ring_mask = _ring.END_HEAD.pack_into, _ring.HEADER_SIZE, _ring.SLOT_SIZE, _ring.SLOTS - 1
+    slot_head, ring_head, ring_pmax = _ring.SLOT_HEAD.pack_into, _ring.SLOT_HEAD.size, _ring.PAYLOAD_MAX
 
     def nested(args, kwargs, depth):
         # Only the outer call's direct children count towards its bytes: send
@@ -186,8 +187,14 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
                         q.append(start)
                     else:
                         health.dropped += 1
-                    if probe.ring_m is not None:
-                        probe.ring_start(start)
+                    rm = probe.ring_m
+                    if rm is not None:  # the crash ring, inlined (see trace/ring.py)
+                        payload = probe.ring_encode(start)
+                        k = len(payload)
+                        if k <= ring_pmax:
+                            off = ring_hs + (op_id & ring_mask) * ring_ss
+                            rm[off + ring_head : off + ring_head + k] = payload
+                            slot_head(rm, off, 0, 1, k, op_id)
                     cuda = x.is_cuda
                     rec = True  # the Rec object is only built when needed (async, error, CUDA)
             else:
