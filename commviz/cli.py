@@ -33,10 +33,23 @@ def _split_cmd(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _token(addr: str) -> str | None:
+    """A listener other machines can reach only admits ranks holding a shared token
+    (COMMVIZ_TOKEN, made up here if unset; a launched job inherits it)."""
+    if is_loopback(addr):
+        return os.environ.get("COMMVIZ_TOKEN") or None
+    token = os.environ.get("COMMVIZ_TOKEN")
+    if not token:
+        import secrets
+
+        token = os.environ["COMMVIZ_TOKEN"] = secrets.token_urlsafe(18)
+        print(f"commviz: {addr} is reachable from other machines; ranks must set\n"
+              f"  export COMMVIZ_TOKEN={token}", file=sys.stderr)
+    return token
+
+
 def _listen_addr(args, private_name: str | None = None) -> str:
     if args.listen:
-        if not is_loopback(args.listen):
-            print(f"commviz: warning: {args.listen} is reachable from other machines", file=sys.stderr)
         return args.listen
     if private_name:
         return f"ipc://{os.path.join(private_dir(), private_name)}"
@@ -96,7 +109,8 @@ def cmd_record(args, cmd: list[str]) -> int:
     try:
         addr = _listen_addr(args, private_name=f"record-{os.getpid()}.sock")
         ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir())
-        feed = LiveFeed(addr, record_to=args.output, hang_after_s=args.hang_timeout or 10.0, ring_dir=ring_dir).start()
+        feed = LiveFeed(addr, record_to=args.output, hang_after_s=args.hang_timeout or 10.0, ring_dir=ring_dir,
+                        token=_token(addr)).start()
     except (AddressError, OSError) as exc:
         return _die(str(exc))
     try:
@@ -206,7 +220,8 @@ def cmd_watch(args, cmd: list[str]) -> int:
     try:
         addr = _listen_addr(args, private_name=f"watch-{os.getpid()}.sock" if cmd else None)
         ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir()) if cmd else None
-        feed = LiveFeed(addr, record_to=args.record, hang_after_s=args.hang_after, ring_dir=ring_dir).start()
+        feed = LiveFeed(addr, record_to=args.record, hang_after_s=args.hang_after, ring_dir=ring_dir,
+                        token=_token(addr)).start()
     except (AddressError, OSError) as exc:
         return _die(str(exc))
     proc = log = None

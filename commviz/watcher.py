@@ -19,7 +19,7 @@ LIVENESS_EVERY_S = 0.5
 
 class LiveFeed:
     def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0,
-                 ring_dir: str | None = None) -> None:
+                 ring_dir: str | None = None, token: str | None = None) -> None:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self.lock = threading.Lock()
         self.model = Model(hang_after_s=hang_after_s)
@@ -27,7 +27,7 @@ class LiveFeed:
         self.errors: list[str] = []
         self.host = socket.gethostname()
         self.started = time.monotonic()
-        self.server = Server(addr, self._on_batch, self._on_error)
+        self.server = Server(addr, self._on_batch, self._on_error, token=token)
         self.addr = self.server.addr
         self._stop = threading.Event()
         self._liveness = threading.Thread(target=self._watch_pids, name="commviz-liveness", daemon=True)
@@ -143,6 +143,8 @@ class LiveFeed:
         bits = [f"listening on {self.addr}", f"{len(m.ranks)} ranks", f"{m.events} events"]
         if m.decode_errors:
             bits.append(f"{m.decode_errors} bad frames")
+        if self.server.denied:
+            bits.append(f"{self.server.denied} peers refused (no token)")
         return " · ".join(bits)
 
     def all_exited(self) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import zmq
 
 from commviz.transport.address import parse
@@ -13,11 +15,15 @@ LINGER_MS = 500  # at exit, at most this long is spent handing over the last bat
 
 
 class Client:
-    def __init__(self, addr: str, identity: bytes) -> None:
+    def __init__(self, addr: str, identity: bytes, token: str | None = None) -> None:
         parse(addr)
         self.addr = addr
         self._ctx = zmq.Context(io_threads=1)
         s = self._ctx.socket(zmq.DEALER)
+        token = token if token is not None else os.environ.get("COMMVIZ_TOKEN")
+        if token:
+            s.setsockopt(zmq.PLAIN_USERNAME, b"commviz")
+            s.setsockopt(zmq.PLAIN_PASSWORD, token.encode())
         s.setsockopt(zmq.IDENTITY, identity)
         # Queue only on live connections: with no watcher a send fails at once and
         # the batch is counted as dropped, instead of piling up in memory.

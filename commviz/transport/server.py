@@ -9,6 +9,7 @@ import os
 import socket
 import stat
 import threading
+import time
 from typing import Callable
 
 import zmq
@@ -18,6 +19,9 @@ from commviz.transport.address import AddressError, check_private_dir, parse
 
 MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq
 RCVHWM = 10000
+# A rank sends ~50 batches a second; far beyond that is a bug or an attack.
+FLOOD_FRAMES_PER_S = 2000
+TOKEN_USER = "commviz"
 
 
 def _ipc_in_use(path: str) -> bool:
@@ -32,12 +36,30 @@ def _ipc_in_use(path: str) -> bool:
         s.close()
 
 
+class _AuthLog:
+    """Counts the connections the authenticator turns away (pyzmq logs them at debug)."""
+
+    def __init__(self) -> None:
+        self.denied = 0
+
+    def debug(self, msg, *args) -> None:
+        if str(msg).startswith("DENIED"):
+            self.denied += 1
+
+    def error(self, msg, *args) -> None:
+        self.denied += 1
+
+    info = warning = lambda self, *a: None  # noqa: E731
+
+
 class Server:
     def __init__(
         self,
         addr: str,
         on_batch: Callable[[Batch, bytes], None],
         on_error: Callable[[str, str], None],
+        token: str | None = None,
+        flood_frames_per_s: int = FLOOD_FRAMES_PER_S,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
@@ -46,11 +68,26 @@ class Server:
         self.frames = 0
         self.bad_frames = 0
         self.peers: set[bytes] = set()
+        self.flood_limit = flood_frames_per_s
+        self.flooded: dict[bytes, int] = {}  # peer -> frames ignored while over the limit
+        self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
+        self._auth = None
+        self._auth_log = _AuthLog()
         self._ipc_path = rest if kind == "ipc" else None
         if self._ipc_path:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
         s = self._ctx.socket(zmq.ROUTER)
+        if token:
+            # ZAP/PLAIN: a peer without the token never completes the handshake, so
+            # none of its frames reach us. Turned-away peers are counted.
+            from zmq.auth.thread import ThreadAuthenticator
+
+            self._auth = ThreadAuthenticator(self._ctx, log=self._auth_log)
+            self._auth.start()
+            self._auth.configure_plain(domain="commviz", passwords={TOKEN_USER: token})
+            s.setsockopt(zmq.PLAIN_SERVER, 1)
+            s.setsockopt(zmq.ZAP_DOMAIN, b"commviz")
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)
         s.setsockopt(zmq.LINGER, 0)
@@ -112,9 +149,31 @@ class Server:
             except Exception as exc:  # a bug in a consumer must not kill the watcher
                 self.on_error("watcher", f"internal error: {type(exc).__name__}: {exc}")
 
+    @property
+    def denied(self) -> int:
+        return self._auth_log.denied
+
+    def _over_limit(self, ident: bytes) -> bool:
+        """A peer sending more than the limit in one second is ignored for the rest
+        of that second (counted), so it cannot starve the other ranks."""
+        now = time.monotonic()
+        w = self._rate.get(ident)
+        if w is None or now - w[0] >= 1.0:
+            w = self._rate[ident] = [now, 0]
+        w[1] += 1
+        if w[1] > self.flood_limit:
+            n = self.flooded.get(ident, 0)
+            if n == 0:
+                self.on_error(ident.decode("utf-8", "replace"), f"over {self.flood_limit} frames/s: ignoring it for now")
+            self.flooded[ident] = n + 1
+            return True
+        return False
+
     def _handle(self, parts: list[bytes]) -> None:
         peer = parts[0].decode("utf-8", "replace") if parts else "?"
         self.peers.add(parts[0])
+        if self._over_limit(parts[0]):
+            return
         if len(parts) != 2:
             self.bad_frames += 1
             self.on_error(peer, f"message of {len(parts)} parts, expected one frame")
@@ -134,6 +193,8 @@ class Server:
         if self.thread.is_alive():
             self.thread.join(2)
         self._sock.close()
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.term()
         if self._ipc_path and os.path.exists(self._ipc_path):
             try:

@@ -130,3 +130,55 @@ def test_tcp_port_zero_reports_the_real_port():
         c.close()
     finally:
         server.close()
+
+
+def test_token_listener_refuses_peers_without_it_and_counts_them():
+    server = Server("tcp://127.0.0.1:0", lambda b, r: got.append(b), lambda p, m: None, token="s3cret")
+    got = []
+    server.start()
+    try:
+        bad = Client(server.addr, identity=b"intruder", token="wrong")
+        none = Client(server.addr, identity=b"anon", token="")
+        good = Client(server.addr, identity=b"rank0", token="s3cret")
+        assert wait_for(lambda: good.send(encode_batch(0, [hello(0)])))
+        assert wait_for(lambda: len(got) == 1)
+        for c in (bad, none):
+            c.send(encode_batch(1, [hello(1)]))
+        assert wait_for(lambda: server.denied >= 1)
+        time.sleep(0.3)
+        assert [b.rank for b in got] == [0]  # nothing from the peers without the token
+        for c in (bad, none, good):
+            c.close()
+    finally:
+        server.close()
+
+
+def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got, errors = [], []
+    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: errors.append((p, m)), flood_frames_per_s=50).start()
+    try:
+        flood = Client(addr, identity=b"flood")
+        calm = Client(addr, identity=b"calm")
+        assert wait_for(lambda: flood.send(encode_batch(7, [])))
+        for _ in range(500):
+            flood.send(encode_batch(7, []))
+        assert wait_for(lambda: calm.send(encode_batch(1, [hello(1)])))
+        assert wait_for(lambda: 1 in got)
+        assert got.count(7) <= 51 and server.flooded[b"flood"] > 0
+        assert any(p == "flood" and "frames/s" in m for p, m in errors)
+        flood.close()
+        calm.close()
+    finally:
+        server.close()
+
+
+def test_non_loopback_listen_makes_up_a_token_and_says_how_to_use_it(monkeypatch, capsys):
+    from commviz.cli import _token
+
+    monkeypatch.delenv("COMMVIZ_TOKEN", raising=False)
+    token = _token("tcp://0.0.0.0:5557")
+    assert token and f"export COMMVIZ_TOKEN={token}" in capsys.readouterr().err
+    assert _token("tcp://127.0.0.1:5557") == token  # now set for this process and its job
+    monkeypatch.delenv("COMMVIZ_TOKEN")
+    assert _token("tcp://127.0.0.1:5557") is None
