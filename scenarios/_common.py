@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -20,10 +22,10 @@ except ImportError:  # the lessons run without commviz too
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
-def parser(doc: str, numel: int = 1 << 16, iters: int = 10) -> argparse.ArgumentParser:
+def parser(doc: str, numel: int = 1 << 16, iters: int = 10, numel_help: str = "elements per tensor") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=doc.strip().split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n\n".join(doc.strip().split("\n\n")[1:]))
-    p.add_argument("--numel", type=int, default=numel, help=f"elements per tensor (default {numel})")
+    p.add_argument("--numel", type=int, default=numel, help=f"{numel_help} (default {numel})")
     p.add_argument("--iters", type=int, default=iters, help=f"steps (default {iters})")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument("--interval", type=float, default=0.0, help="seconds to pause between steps, to watch")
@@ -50,3 +52,43 @@ def say(rank: int, text: str) -> None:
 def mark(text: str) -> None:
     if commviz is not None:
         commviz.mark(text)
+
+
+def pause(args) -> None:
+    """Sleep --interval seconds between steps, so a person can follow along."""
+    if args.interval:
+        time.sleep(args.interval)
+
+
+def sync(device: torch.device) -> None:
+    """Wait for queued GPU work, for the lesson's own timings (never needed on CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def fail(rank: int, what: str, expected, got):
+    """Stop this rank loudly: non-zero exit, a message naming the rank and the values."""
+    sys.stderr.write(f"rank {rank}: {what}: expected {expected}, got {got}\n")  # one write: ranks don't interleave
+    sys.stderr.flush()
+    raise SystemExit(1)
+
+
+def check(rank: int, what: str, got: torch.Tensor, expected: torch.Tensor, rtol: float = 0.0, atol: float = 0.0) -> None:
+    """Exact (default) or approximate comparison; on a mismatch, fail() with the first bad element."""
+    got, expected = got.detach(), expected.detach().to(got.device)
+    if got.shape != expected.shape:
+        fail(rank, f"{what}: shape", tuple(expected.shape), tuple(got.shape))
+    g, e = got.double(), expected.double()
+    bad = ~torch.isclose(g, e, rtol=rtol, atol=atol) if (rtol or atol) else g != e
+    if bool(bad.any()):
+        i = int(bad.flatten().nonzero()[0])
+        fail(rank, f"{what} (element {i} of {g.numel()}, {int(bad.sum())} wrong)", e.flatten()[i].item(), g.flatten()[i].item())
+
+
+def human(nbytes: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(nbytes) < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024
+    return f"{nbytes:.1f} GiB"
