@@ -16,8 +16,9 @@ args = ap.parse_args()
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
-# 2 x (512*512 + 512) floats, each just over 1 MiB: with a 1 MiB cap (DDP's first
-# bucket is capped at 1 MiB anyway) each layer gets its own bucket
+# 2 x (512*512 + 512) floats, each just over 1 MiB: with an explicit 1 MiB cap each
+# layer gets its own bucket once DDP rebuilds its buckets after the first step (that
+# first step reduces everything in one bucket)
 model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512))
 ddp = DDP(model, bucket_cap_mb=1)
 calls = []
