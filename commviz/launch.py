@@ -22,6 +22,7 @@ def job_env(addr: str, base: dict | None = None, stack_after_s: float | None = N
         env["COMMVIZ_STACK_AFTER"] = f"{stack_after_s:g}"
     if ring_dir is not None:
         env["COMMVIZ_RING_DIR"] = ring_dir
+        env.setdefault("COMMVIZ_RING", "1")  # we are there to read what a crashed rank left
     parts = [BOOTSTRAP_DIR] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(parts)
     env["COMMVIZ_AUTOSTART"] = "1"

@@ -15,7 +15,7 @@ class ProbeConfig:
     flush_interval_s: float = 0.02
     stack_after_s: float = 3.0  # capture the caller's stack of ops in flight this long
     samples: bool = True  # host/GPU samples from local rank 0 (COMMVIZ_SAMPLES=0: off)
-    ring: bool = True  # crash ring of recent op starts (COMMVIZ_RING=0: off)
+    ring: bool = False  # crash ring of recent op starts (trace/ring.py)
 
     @classmethod
     def from_env(cls, addr: str | None = None, trace_dir: str | None = None) -> "ProbeConfig":
@@ -28,7 +28,9 @@ class ProbeConfig:
             trace_dir=trace_dir or env.get("COMMVIZ_TRACE_DIR") or None,
             stack_after_s=_float(env.get("COMMVIZ_STACK_AFTER"), 3.0),
             samples=env.get("COMMVIZ_SAMPLES", "1") != "0",
-            ring=env.get("COMMVIZ_RING", "1") != "0",
+            # The crash ring costs ~0.3 µs per op: on where durability was asked for
+            # (a trace dir; `commviz record/watch -- CMD` set COMMVIZ_RING=1), else off.
+            ring=env.get("COMMVIZ_RING", "1" if (trace_dir or env.get("COMMVIZ_TRACE_DIR")) else "0") != "0",
         )
 
 
