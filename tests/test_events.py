@@ -63,3 +63,15 @@ def test_stack_events_round_trip():
                ["/venv/lib/python3.11/site-packages/torch"])
     b = decode_batch(encode_batch(0, [st, Stack(6, 4)]))
     assert b.events == [st, Stack(6, 4, "", [], [])]
+
+
+def test_frames_from_an_older_writer_still_load():
+    """Fields are only ever appended with defaults: a frame written before
+    `batched/bucket/params` (OpStart) and `ring` (Hello) existed decodes with defaults."""
+    old_start = ["start", 1, 100, "all_reduce", "0", 0, 4096, "float32", [1024], -1, -1, False, "SUM"]
+    h = hello(0)
+    old_hello = ["hello", *[getattr(h, f) for f in h.__struct_fields__[:12]]]
+    b = decode_batch(msgspec.msgpack.encode([SCHEMA_VERSION, 0, [old_hello, old_start]]))
+    hh, s = b.events
+    assert hh.ring == "" and hh.cuda_uuid is None
+    assert (s.batched, s.bucket, s.params) == (False, -1, 0)

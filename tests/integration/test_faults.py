@@ -136,6 +136,30 @@ def test_rank_killed_with_sigkill_is_dead_within_two_seconds(tmp_path):
         job.kill()
         job.wait()
         feed.close()
-    # its trace file loads, its crash ring holds the op it died in
+    # its trace file loads, and with its crash ring it holds every op it took part in:
+    # each all_reduce rank 0 finished needed rank 1, so rank 1 started at least those
     s = json.loads(run(commviz("summary", str(tmp_path / "tr"), "--json")).stdout)
     assert [r["status"] for r in s["ranks"]][1] == "dead"
+    assert any("crash ring" in p for p in s.get("problems", []))
+    starts = {0: 0, 1: 0}
+    ok_ends = 0
+    for b in load(tmp_path / "tr").batches:
+        for e in b.events:
+            name = type(e).__name__
+            if name == "OpStart":
+                starts[b.rank] += 1
+            elif name == "OpEnd" and b.rank == 0 and not e.error:
+                ok_ends += 1
+    assert ok_ends > 5 and starts[1] >= ok_ends
+
+
+def test_unwritable_trace_dir_warns_once_and_the_job_finishes(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    sock = tmp_path / "sock"
+    sock.mkdir(mode=0o700)
+    p = run(torchrun(2, os.path.join(REPO, "scenarios", "allreduce.py"), "--iters", "20", "--numel", "64"),
+            env={"COMMVIZ_TRACE_DIR": str(blocker / "traces"), "COMMVIZ_ADDR": f"ipc://{sock}/nobody.sock"})
+    assert p.returncode == 0 and "all_reduce: ok" in p.stdout
+    warnings = [line for line in p.stderr.splitlines() if "cannot write the trace" in line]
+    assert len(warnings) == 2  # once per rank

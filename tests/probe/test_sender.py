@@ -116,3 +116,22 @@ def test_unwritable_trace_dir_warns_once_and_goes_on(tmp_path, capsys):
     s = Sender(0, hello(0), None, str(f / "sub"), Health(), q)
     assert s.trace is None and s.health.trace_errors == 1
     assert "cannot write the trace" in capsys.readouterr().err
+
+
+def test_disk_full_mid_run_warns_once_and_the_job_goes_on(tmp_path, capsys):
+    import errno
+
+    s, q = make_sender(tmp_path)
+    calls = []
+
+    def full(payload):
+        calls.append(len(payload))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    s.trace.write = full
+    for i in range(3):
+        start(q, i)
+        s.flush()
+    err = capsys.readouterr().err
+    assert err.count("trace write failed") == 1 and "No space left" in err
+    assert s.health.trace_errors == 1 and s.trace is None and len(calls) == 1
