@@ -185,10 +185,35 @@ def _stop(proc) -> None:
 # ------------------------------------------------------------ watch / demo
 
 
-def _run_app(feed, title: str, proc=None, log_path: str | None = None) -> int:
+def _dashboard_topology(name: str | None, local: bool = False):
+    """The dashboard's GPU topology: `--topology` (a preset name or a fixture file), else
+    for a live watch this machine's NVML when it has GPUs, else None. Raises FixtureError."""
+    from commviz.topo.discover import discover
+    from commviz.topo.fake import FakeNvml
+    from commviz.topo.presets import load_preset
+
+    if name:
+        backend = FakeNvml.from_file(name) if os.path.exists(name) else load_preset(name)
+    elif local:
+        try:
+            from commviz.topo.backend import open_backend
+
+            backend = open_backend()
+        except Exception:  # NVML absent or broken is a normal state here
+            return None
+    else:
+        return None
+    try:
+        topo = discover(backend)
+    finally:
+        backend.close()
+    return topo if topo.gpus else None
+
+
+def _run_app(feed, title: str, proc=None, log_path: str | None = None, topology=None) -> int:
     from commviz.tui.app import WatchApp
 
-    app = WatchApp(feed, title=title)
+    app = WatchApp(feed, title=title, topology=topology)
     try:
         app.run()
     finally:
@@ -215,8 +240,13 @@ def _start_job_logged(cmd: list[str], addr: str, stack_after_s: float | None = N
 
 
 def cmd_watch(args, cmd: list[str]) -> int:
+    from commviz.topo.fake import FixtureError
     from commviz.watcher import LiveFeed
 
+    try:
+        topology = _dashboard_topology(getattr(args, "topology", None), local=True)
+    except FixtureError as exc:
+        return _die(str(exc))
     try:
         addr = _listen_addr(args, private_name=f"watch-{os.getpid()}.sock" if cmd else None)
         ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir()) if cmd else None
@@ -232,7 +262,7 @@ def cmd_watch(args, cmd: list[str]) -> int:
         except SystemExit as exc:
             feed.close()
             return _die(str(exc).removeprefix("commviz: "))
-    return _run_app(feed, "commviz watch", proc, log)
+    return _run_app(feed, "commviz watch", proc, log, topology=topology)
 
 
 def demo_script() -> str | None:
@@ -260,9 +290,14 @@ def cmd_demo(args) -> int:
 
 
 def cmd_replay(args) -> int:
+    from commviz.topo.fake import FixtureError
     from commviz.trace.file import TraceError, load
     from commviz.tui.feed import ReplayFeed
 
+    try:
+        topology = _dashboard_topology(getattr(args, "topology", None))
+    except FixtureError as exc:
+        return _die(str(exc))
     try:
         loaded = load(args.path)
     except (TraceError, OSError) as exc:
@@ -273,7 +308,7 @@ def cmd_replay(args) -> int:
         return _die(f"{args.path}: no events to replay")
     feed = ReplayFeed(loaded.batches)
     feed.set_speed(args.speed)
-    return _run_app(feed, f"commviz replay {os.path.basename(str(args.path))}")
+    return _run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
 
 
 # ------------------------------------------------------------- topo / nvml-dump
@@ -353,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "under `watch -- CMD`) connect by themselves.")
     w.add_argument("--listen", metavar="ADDR", help="ipc:///path or tcp://host:port (default: per-user socket)")
     w.add_argument("--record", metavar="FILE", help="also write every event to this trace file")
+    w.add_argument("--topology", metavar="PRESET", help="lay GPUs out as this machine: a preset (dgx-h100, dgx-a100, "
+                   "pcie-2gpu, pcie-4gpu-2socket) or a fixture file (default: this machine's NVML, if any)")
     w.add_argument("--hang-after", type=float, default=10.0, metavar="S", help="seconds in one op before a rank shows as hung")
 
     r = sub.add_parser("record", help="run a job headless, write its trace, print the summary",
@@ -368,6 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="dashboard on a recorded trace")
     rp.add_argument("path", metavar="FILE_OR_DIR")
     rp.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)")
+    rp.add_argument("--topology", metavar="PRESET", help="lay GPUs out as this machine: a preset (dgx-h100, "
+                    "dgx-a100, pcie-2gpu, pcie-4gpu-2socket) or a fixture file from `commviz nvml-dump`")
 
     s = sub.add_parser("summary", help="per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR")
     s.add_argument("path", metavar="FILE_OR_DIR")

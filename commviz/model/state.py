@@ -25,6 +25,7 @@ from commviz.events import (
     Stack,
 )
 from commviz.model import desync as desync_mod
+from commviz.model import flows
 from commviz.model.diagnose import Findings, diagnose
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
@@ -236,6 +237,7 @@ class Model:
         r.last_op = s.op
         r.last_op_end = end_wall
         r.last_start = s
+        flows.note_end(self, r.rank, s, e, nbytes, fl.t_wall, end_wall)  # edges and throughput (model/flows.py)
         if opcat.is_p2p(s.op) or s.seq < 0:
             self._stat(s.op, s.group).add(nbytes, dur, err)
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None

@@ -62,3 +62,19 @@ def format_gbps(g: float) -> str:
 
 def format_count(n: int) -> str:
     return f"{n:,}"
+
+
+def format_bps(bps: float) -> str:
+    """Bytes per second in decimal units (GB/s = 1e9 B/s, as bandwidths are quoted)."""
+    if bps <= 0:
+        return "0 B/s"
+    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if bps >= scale:
+            v = bps / scale
+            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
+    return f"{bps:.0f} B/s"
+
+
+def format_rate(gbps: float) -> str:
+    """A rate given in GB/s, in the unit that reads best."""
+    return format_bps(gbps * 1e9)

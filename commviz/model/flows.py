@@ -1,0 +1,346 @@
+"""What each edge carries: bytes moved from one rank to another, derived from the ops.
+
+Exact for point-to-point: a send's (isend's, …) bytes went from its rank to its peer.
+Modelled for collectives, as the textbook algorithms move data (NCCL and gloo pick
+their own algorithms; these are the flows the bus-bandwidth factors assume), with S
+the op's `bytes` and n the group's size, members in the group's rank order:
+
+    all_reduce, all_reduce_coalesced, ddp_bucket   ring: 2(n-1)/n * S to the next member
+    all_gather*, reduce_scatter*                   ring:  (n-1)/n * S to the next member
+    all_to_all*                                    S/n to every other member
+    broadcast, broadcast_object_list               direct from the root: S to each member
+    scatter, scatter_object_list                   direct from the root: S/n to each member
+    reduce                                         direct to the root: S from each member
+    gather, gather_object                          direct to the root: S/n from each member
+    barrier, monitored_barrier, unknown ops        nothing
+
+Each rank's end credits what that rank sent (ring, all_to_all, reduce, gather) or, for
+ops rooted at a sender, what it received (broadcast, scatter) — so every byte is
+counted once. A failed op credits nothing. An all_to_all over more than `FANOUT_MAX`
+ranks is kept as one edge to `HUB` ("every peer") so memory and cost stay linear.
+
+Rates are bytes/s over the last second, from `BUCKET_NS` buckets (the transfer is
+spread over the time it took: for a collective, from the last member's arrival — the
+time before that was waiting, not moving). Memory is bounded: a few buckets of edges,
+and per-edge totals capped at `MAX_EDGES` (the least recently used go first).
+
+The model feeds this through `note_end` (one line in `Model._end`); readers get the
+state with `traffic(model)`. A `Model.reset()` (replay seeking) starts it afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from commviz import ops as opcat
+from commviz.model.throughput import BUCKET_NS, Throughput
+
+HUB = -1  # "every other member of the group" (large all_to_all)
+FANOUT_MAX = 32
+MAX_EDGES = 65536
+KEEP_BUCKETS = 6  # buckets of per-edge bytes kept for the 1 s rate (4 + 1 partial + slack)
+SPREAD_MAX = 64  # a transfer is spread over at most this many buckets (16 s)
+
+EXACT = 0
+MODELLED = 1
+
+RING_2 = "ring2"  # 2(n-1)/n to next
+RING_1 = "ring1"  # (n-1)/n to next
+ALL_TO_ALL = "a2a"
+FROM_ROOT = "from_root"  # broadcast-like: root -> each, S
+FROM_ROOT_SPLIT = "from_root_split"  # scatter-like: root -> each, S/n
+TO_ROOT = "to_root"  # reduce-like: each -> root, S
+TO_ROOT_SPLIT = "to_root_split"  # gather-like: each -> root, S/n
+SEND = "send"
+NOTHING = ""
+
+
+def _pattern(op: str) -> str:
+    spec = opcat.spec(op)
+    if spec is None:
+        return NOTHING
+    if spec.kind == opcat.P2P:
+        return SEND if spec.direction == "send" else NOTHING
+    if spec.busbw == opcat.ALLREDUCE:
+        return RING_2
+    if spec.busbw == opcat.ZERO:
+        return NOTHING
+    if "all_to_all" in op:
+        return ALL_TO_ALL
+    if spec.root_arg == "src":  # broadcast, scatter: from the root
+        return FROM_ROOT if spec.busbw == opcat.ONE else FROM_ROOT_SPLIT
+    if spec.root_arg == "dst":  # reduce, gather: to the root
+        return TO_ROOT if spec.busbw == opcat.ONE else TO_ROOT_SPLIT
+    if spec.busbw == opcat.SPREAD:  # all_gather*, reduce_scatter*
+        return RING_1
+    return NOTHING
+
+
+PATTERNS: dict[str, str] = {name: _pattern(name) for name in opcat.CATALOGUE}
+
+# In words, for legends and the links panel.
+PATTERN_TEXT = {
+    RING_2: "ring, 2(n-1)/n·S to next",
+    RING_1: "ring, (n-1)/n·S to next",
+    ALL_TO_ALL: "S/n to each peer",
+    FROM_ROOT: "S from root to each",
+    FROM_ROOT_SPLIT: "S/n from root to each",
+    TO_ROOT: "S from each to root",
+    TO_ROOT_SPLIT: "S/n from each to root",
+    SEND: "exact",
+}
+
+
+def edge_bytes(op: str, nbytes: int, rank: int, members: list[int], root: int = -1,
+               peer: int = -1) -> list[tuple[int, int, float, int]]:
+    """What rank `rank`'s end of `op` credits: [(src, dst, bytes, EXACT|MODELLED)].
+
+    Pure: the rules above, for tests and for anyone who wants them without a model.
+    `members` are the group's global ranks in group order; `root`/`peer` global ranks."""
+    pat = PATTERNS.get(op, NOTHING)
+    if pat == SEND:
+        return [(rank, peer, float(nbytes), EXACT)] if peer >= 0 and peer != rank else []
+    n = len(members)
+    if pat == NOTHING or n < 2 or nbytes <= 0:
+        return []
+    if pat in (RING_2, RING_1):
+        try:
+            i = members.index(rank)
+        except ValueError:
+            return []
+        f = 2.0 * (n - 1) / n if pat == RING_2 else (n - 1) / n
+        return [(rank, members[(i + 1) % n], f * nbytes, MODELLED)]
+    if pat == ALL_TO_ALL:
+        if rank not in members:
+            return []
+        share = nbytes / n
+        if n > FANOUT_MAX:
+            return [(rank, HUB, share * (n - 1), MODELLED)]
+        return [(rank, m, share, MODELLED) for m in members if m != rank]
+    if root < 0 or root == rank or root not in members:
+        return []
+    if pat == FROM_ROOT:
+        return [(root, rank, float(nbytes), MODELLED)]
+    if pat == FROM_ROOT_SPLIT:
+        return [(root, rank, nbytes / n, MODELLED)]
+    if pat == TO_ROOT:
+        return [(rank, root, float(nbytes), MODELLED)]
+    if pat == TO_ROOT_SPLIT:
+        return [(rank, root, nbytes / n, MODELLED)]
+    return []
+
+
+@dataclass(frozen=True)
+class EdgeRate:
+    src: int
+    dst: int  # HUB: every other member
+    exact_Bps: float
+    modelled_Bps: float
+    op: str  # what it carried last
+
+    @property
+    def Bps(self) -> float:
+        return self.exact_Bps + self.modelled_Bps
+
+    @property
+    def modelled(self) -> bool:
+        """Mostly modelled (label it so)."""
+        return self.modelled_Bps > self.exact_Bps
+
+
+# Per-edge all-time record: [exact bytes, modelled bytes, last credit wall ns, last op].
+EXACT_TOTAL, MODELLED_TOTAL, LAST_T, LAST_OP = 0, 1, 2, 3
+
+
+class FlowModel:
+    """Per-edge bytes: totals (`edges`), and recent buckets for rates over the last second."""
+
+    def __init__(self, bucket_ns: int = BUCKET_NS) -> None:
+        self.bucket_ns = bucket_ns
+        self.buckets: dict[int, dict[tuple[int, int], list[float]]] = {}  # bucket -> edge -> [exact, modelled]
+        self.newest = -1
+        self.edges: dict[tuple[int, int], list] = {}  # edge -> [exact, modelled, last_t, last_op]
+        self.evicted = 0
+
+    def credit(self, src: int, dst: int, nbytes: float, kind: int, t0: int, t1: int, op: str,
+               throughput: Throughput | None = None) -> None:
+        """`nbytes` moved src→dst between wall ns t0 and t1 (kind EXACT or MODELLED)."""
+        key = (src, dst)
+        info = self.edges.get(key)
+        if info is None:
+            info = self.edges[key] = [0.0, 0.0, 0, ""]
+            if len(self.edges) > MAX_EDGES:
+                self._evict()
+        info[kind] += nbytes
+        if t1 > info[2]:
+            info[2] = t1
+        info[3] = op
+        b = self.bucket_ns
+        e1 = t1 // b
+        if e1 > self.newest:
+            self.newest = e1
+            if len(self.buckets) >= KEEP_BUCKETS:
+                for old in [e for e in self.buckets if e <= e1 - KEEP_BUCKETS]:
+                    del self.buckets[old]
+        e0 = t0 // b if t0 < t1 else e1
+        if e0 == e1:
+            self._add(e1, key, kind, nbytes, throughput, src, dst)
+            return
+        # Spread in proportion to the time spent in each bucket.
+        e0 = max(e0, e1 - SPREAD_MAX + 1)
+        lo = max(t0, e0 * b)
+        span = t1 - lo
+        for e in range(e0, e1 + 1):
+            x = max(lo, e * b)
+            z = min(t1, (e + 1) * b)
+            if z > x:
+                self._add(e, key, kind, nbytes * (z - x) / span, throughput, src, dst)
+
+    def _add(self, e: int, key: tuple[int, int], kind: int, v: float, throughput: Throughput | None,
+             src: int, dst: int) -> None:
+        if throughput is not None:
+            throughput.add_bytes(src, None if dst == HUB else dst, e, v)
+        if e <= self.newest - KEEP_BUCKETS:
+            return  # too old for the rate window; it is in the totals
+        bucket = self.buckets.get(e)
+        if bucket is None:
+            bucket = self.buckets[e] = {}
+        cell = bucket.get(key)
+        if cell is None:
+            cell = bucket[key] = [0.0, 0.0]
+        cell[kind] += v
+
+    def _evict(self) -> None:
+        keep = sorted(self.edges.items(), key=lambda kv: kv[1][LAST_T])[len(self.edges) // 10:]
+        self.evicted += len(self.edges) - len(keep)
+        self.edges = dict(keep)
+
+    # ----------------------------------------------------------------- reading
+
+    def total(self, src: int, dst: int) -> tuple[float, float]:
+        """All-time (exact, modelled) bytes of an edge."""
+        info = self.edges.get((src, dst))
+        return (info[0], info[1]) if info is not None else (0.0, 0.0)
+
+    def rates(self, now_ns: int) -> dict[tuple[int, int], EdgeRate]:
+        """Bytes/s per edge over the second before `now_ns` (edges that moved nothing
+        in it are left out)."""
+        b = self.bucket_ns
+        k = max(1, round(1e9 / b))
+        e_now = now_ns // b
+        w_old = 1.0 - (now_ns - e_now * b) / b
+        span_s = k * b / 1e9
+        acc: dict[tuple[int, int], list[float]] = {}
+        for e in range(e_now - k, e_now + 1):
+            bucket = self.buckets.get(e)
+            if not bucket:
+                continue
+            w = (w_old if e == e_now - k else 1.0) / span_s
+            for key, (x, m) in bucket.items():
+                a = acc.get(key)
+                if a is None:
+                    acc[key] = [x * w, m * w]
+                else:
+                    a[0] += x * w
+                    a[1] += m * w
+        out = {}
+        edges = self.edges
+        for key, (x, m) in acc.items():
+            if x > 0 or m > 0:
+                info = edges.get(key)
+                out[key] = EdgeRate(key[0], key[1], x, m, info[3] if info else "")
+        return out
+
+    def recent_edges(self, now_ns: int, within_ns: int) -> list[tuple[int, int]]:
+        """Edges that carried anything in the `within_ns` before `now_ns`."""
+        since = now_ns - within_ns
+        return [k for k, v in self.edges.items() if v[2] >= since]
+
+
+class Traffic:
+    """Flows and throughput of one model (one job, until the model resets)."""
+
+    def __init__(self, owner: object = None) -> None:
+        self.owner = owner  # the model's tracker: a reset replaces it, and this with it
+        self.flows = FlowModel()
+        self.throughput = Throughput()
+        # group -> (the GroupDef's ranks list, a copy, rank -> index in it)
+        self._members: dict[str, tuple[list[int], list[int], dict[int, int]]] = {}
+        self._arrivals: dict[tuple[str, int], tuple[int, int]] = {}  # (group, seq) -> (starts seen, last)
+
+    def _group(self, model, group: str) -> tuple[list[int], dict[int, int]] | None:
+        g = model.groups.get(group)
+        if g is None:
+            return None
+        cached = self._members.get(group)
+        if cached is not None and cached[0] is g.ranks:
+            return cached[1], cached[2]
+        ranks = list(g.ranks)
+        index = {r: i for i, r in enumerate(ranks)}
+        self._members[group] = (g.ranks, ranks, index)
+        return ranks, index
+
+    def _last_arrival(self, model, group: str, seq: int) -> int:
+        """Wall ns of the last member's start of the instance (0 when unknown); computed
+        once per instance and member count, so an instance costs O(n), not O(n²)."""
+        inst = model.pending.get((group, seq))
+        if inst is None or not inst.starts:
+            return 0
+        key = (group, seq)
+        got = self._arrivals.get(key)
+        if got is not None and got[0] == len(inst.starts):
+            return got[1]
+        last = max(f.t_wall for f in inst.starts.values())
+        if len(self._arrivals) >= 4096:
+            self._arrivals.clear()
+        self._arrivals[key] = (len(inst.starts), last)
+        return last
+
+    def op_end(self, model, rank: int, start, end, nbytes: int, t0: int, t1: int) -> None:
+        tp = self.throughput
+        tp.add_op(rank, t1 // tp.bucket_ns)
+        if end.error:
+            return
+        op = start.op
+        pat = PATTERNS.get(op, NOTHING)
+        if pat == NOTHING:
+            return
+        flows = self.flows
+        if pat == SEND:
+            peer = end.peer if end.peer >= 0 else start.peer
+            if peer >= 0 and peer != rank and nbytes > 0:
+                flows.credit(rank, peer, float(nbytes), EXACT, t0, t1, op, tp)
+            return
+        grp = self._group(model, start.group)
+        if grp is None or nbytes <= 0:
+            return
+        members, index = grp
+        n = len(members)
+        i = index.get(rank)
+        if n < 2 or i is None:
+            return
+        # The data moves once the last member has arrived; before that it waited.
+        arrived = self._last_arrival(model, start.group, start.seq)
+        if t0 < arrived < t1:
+            t0 = arrived
+        if pat == RING_2:
+            flows.credit(rank, members[(i + 1) % n], 2.0 * (n - 1) / n * nbytes, MODELLED, t0, t1, op, tp)
+        elif pat == RING_1:
+            flows.credit(rank, members[(i + 1) % n], (n - 1) / n * nbytes, MODELLED, t0, t1, op, tp)
+        else:
+            for src, dst, v, kind in edge_bytes(op, nbytes, rank, members, root=start.root):
+                flows.credit(src, dst, v, kind, t0, t1, op, tp)
+
+
+def traffic(model) -> Traffic:
+    """The model's `Traffic`, created on first use and again after `Model.reset()`."""
+    tr = model.__dict__.get("_traffic")
+    if tr is None or tr.owner is not model.tracker:
+        tr = Traffic(model.tracker)
+        model._traffic = tr
+    return tr
+
+
+def note_end(model, rank: int, start, end, nbytes: int, t0: int, t1: int) -> None:
+    """The hook `Model._end` calls for every op that ended (before it folds the op away)."""
+    traffic(model).op_end(model, rank, start, end, nbytes, t0, t1)

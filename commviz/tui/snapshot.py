@@ -1,0 +1,141 @@
+"""One copy of what the dashboard shows, taken from the model under the feed's lock.
+
+Everything the widgets draw comes from a `Snapshot`: the lock is held only while it is
+built (plain reads and small copies), never while anything is drawn, so ingest never
+waits for a frame and a frame never waits for ingest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from commviz.model import flows as flowmod
+from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
+from commviz.tui.alerts import alert_rows
+from commviz.tui.fmt import format_bps
+from commviz.tui.widgets.flow import FlowData, FlowNode
+from commviz.tui.widgets.links import Place
+
+SPARK_WIDTH = 120  # columns of history copied for the sparklines
+RECENT_EDGE_NS = 10_000_000_000
+# Diagnoses whose missing ranks are drawn as "missing" (what the others wait for).
+MISSING_KINDS = ("hang", "p2p_deadlock", "desync")
+
+
+@dataclass
+class Snapshot:
+    now: int
+    info: dict
+    rank_rows: list[dict] = field(default_factory=list)
+    op_rows: list[dict] = field(default_factory=list)
+    alerts: list = field(default_factory=list)
+    diagnoses: list[dict] = field(default_factory=list)
+    flow: FlowData = field(default_factory=lambda: FlowData(nodes=[]))
+    places: dict[int, Place] = field(default_factory=dict)
+    rates: dict[tuple[int, int], EdgeRate] = field(default_factory=dict)
+    tp_total: dict = field(default_factory=dict)
+    tp_rate: tuple[float, float] = (0.0, 0.0)
+    tp_focus: dict | None = None
+    tp_focus_rate: tuple[float, float] | None = None
+    samples: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def gpu_index(hello, topology) -> int | None:
+    """The GPU a rank runs on, as an index on its host: by UUID / bus id in the
+    topology when known, else the CUDA device number; None for CPU ranks."""
+    if hello is None or not str(hello.device).startswith("cuda"):
+        return None
+    if topology is not None:
+        g = topology.gpu_for(uuid=hello.cuda_uuid, bus_id=hello.pci_bus_id)
+        if g is not None:
+            return g.index
+    _, _, num = str(hello.device).partition(":")
+    return int(num) if num.isdigit() else hello.local_rank
+
+
+def fabric_label(topology) -> str | None:
+    if topology is None or not topology.gpus:
+        return None
+    remotes = {lk.remote for g in topology.gpus for lk in g.up_links}
+    if "nvswitch" in remotes:
+        return "NVSwitch"
+    if "gpu" in remotes:
+        return "NVLink+PCIe"
+    return "PCIe"
+
+
+def model_info(m) -> dict:
+    return {
+        "world_size": m.world_size,
+        "backend": m.backend,
+        "job": m.job,
+        "events": m.events,
+        "nranks": len(m.ranks),
+        "start": min((r.hello.wall_ns for r in m.ranks.values() if r.hello), default=None),
+    }
+
+
+def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH) -> Snapshot:
+    """Call with the feed's lock held."""
+    snap = Snapshot(now=now, info=model_info(m))
+    rank_rows = m.rank_rows(now)
+    diagnoses = m.diagnoses(now)
+    snap.rank_rows = rank_rows
+    snap.op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
+    snap.diagnoses = diagnoses
+    snap.alerts = alert_rows(diagnoses, rank_rows, m.decode_errors, m.last_decode_error)
+    tr = flowmod.traffic(m)
+    snap.rates = rates = tr.flows.rates(now)
+    recent = tr.flows.recent_edges(now, RECENT_EDGE_NS)
+    tp = tr.throughput
+    snap.tp_total = tp.series(now, spark_width)
+    snap.tp_rate = tp.rate(now)
+    if focus is not None:
+        snap.tp_focus = tp.series(now, spark_width, rank=focus)
+        snap.tp_focus_rate = tp.rate(now, rank=focus)
+    missing: set[int] = set()
+    waits: list[tuple[int, int]] = []
+    for d in diagnoses:
+        if d.get("kind") in MISSING_KINDS:
+            gone = d.get("missing_ranks") or ()
+            missing.update(gone)
+            waits += [(w, g) for w in d.get("waiting_ranks") or () for g in gone][:256]
+    fabric = fabric_label(topology)
+    hosts: dict[str, str] = {}
+    nodes = []
+    for row in rank_rows:
+        r = m.ranks[row["rank"]]
+        host = row["host"]
+        gpu = gpu_index(r.hello, topology)
+        snap.places[row["rank"]] = Place(host, gpu)
+        status = row["status"]
+        if row["rank"] in missing and status not in ("dead", "exited"):
+            status = row["status"] = "missing"  # the table says it too: the one others wait for
+        nodes.append(FlowNode(row["rank"], host, gpu, status, row["op"].partition("#")[0]))
+        if fabric and gpu is not None:
+            hosts[host] = fabric
+        if r.sample:
+            snap.samples[host] = dict(r.sample)
+    banner, alert = _banner(diagnoses, rates, snap.tp_rate, nodes)
+    snap.flow = FlowData(nodes=nodes, rates=rates, recent=recent, fabric=hosts, banner=banner, alert=alert,
+                         waits=waits[:256])
+    return snap
+
+
+def _banner(diagnoses: list[dict], rates: dict, tp_rate: tuple[float, float], nodes: list[FlowNode]) -> tuple[str, bool]:
+    if diagnoses:
+        d = diagnoses[0]
+        more = f"  (+{len(diagnoses) - 1} more in Alerts)" if len(diagnoses) > 1 else ""
+        return f"{d['kind'].upper()}: {d['message']}{more}", True
+    if rates:
+        by_op: dict[str, float] = {}
+        for r in rates.values():
+            by_op[r.op] = by_op.get(r.op, 0.0) + r.Bps
+        op = max(by_op, key=by_op.get)
+        how = PATTERN_TEXT.get(PATTERNS.get(op, ""), "")
+        how = "exact" if how == "exact" else f"modelled {how}"
+        return f"{op}: {how} · {format_bps(tp_rate[0] * 1e9)} · {tp_rate[1]:,.0f} ops/s", False
+    inside = sum(1 for n in nodes if n.op)
+    if inside:
+        return f"{inside} rank(s) inside an op; nothing finished in the last second", False
+    return "idle: nothing moved in the last second", False

@@ -1,0 +1,124 @@
+"""The links panel: what each edge carries over the last second, how (NVLink, PCIe,
+network, local), against the link's capacity when the topology knows it — and, where
+the probe's NVML samples have them, each GPU's measured NVLink traffic next to what
+the model says its rank sent.
+
+Pure rows here (`link_rows`); the app shows them in a DataTable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from commviz.model.flows import HUB, EdgeRate
+from commviz.tui.fmt import format_bps
+
+LINK_COLUMNS = [
+    ("edge", "link", False),
+    ("rate", "now", True),
+    ("how", "source", False),
+    ("via", "via", False),
+    ("util", "util", False),
+    ("cap", "of", True),
+    ("op", "carries", False),
+]
+MAX_ROWS = 40
+
+# PCIe: usable GB/s per lane and direction by generation (after encoding).
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+
+@dataclass(frozen=True)
+class Place:
+    host: str
+    gpu: int | None  # GPU index on its host (None: CPU rank / unknown)
+
+
+def link_kind(a: Place, b: Place, topology) -> tuple[str, float | None]:
+    """(how two ranks are connected, capacity GB/s per direction or None)."""
+    if a.host != b.host:
+        return "network", None
+    if a.gpu is None or b.gpu is None:
+        return "local", None
+    if topology is None or max(a.gpu, b.gpu) >= len(topology.gpus):
+        return "GPU-GPU", None
+    nv = topology.nvlinks_between(a.gpu, b.gpu)
+    if nv:
+        per = [lk.gbps_per_direction for lk in topology.gpus[a.gpu].up_links if lk.gbps_per_direction]
+        cap = nv * per[0] if per else None
+        return f"NVLink×{nv}", cap
+    level = topology.label(a.gpu, b.gpu)
+    ga, gb = topology.gpus[a.gpu], topology.gpus[b.gpu]
+    caps = [PCIE_LANE_GBPS.get(g.pcie_gen or 0, 0) * (g.pcie_width or 0) for g in (ga, gb)]
+    cap = min(caps) if all(caps) else None
+    return f"PCIe {level}", cap
+
+
+def util_bar(frac: float | None, cells: int = 4) -> Text:
+    if frac is None:
+        return Text("–", style="dim")
+    frac = max(0.0, frac)
+    full = min(cells, int(round(frac * cells)))
+    style = "red" if frac > 0.9 else ("yellow" if frac > 0.6 else "green")
+    t = Text("▮" * full, style=style)
+    t.append("▯" * (cells - full), style="dim")
+    t.append(f" {frac:4.0%}")
+    return t
+
+
+def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], topology=None,
+              samples: dict[str, dict[str, float]] | None = None, focus: int | None = None,
+              limit: int = MAX_ROWS) -> list[tuple[str, tuple]]:
+    """(row key, cells) for the links table: measured NVLink per GPU first, then edges
+    by rate (the focused rank's only, when one is focused)."""
+    rows: list[tuple[str, tuple]] = []
+    # Measured: per GPU, from the host's samples (local rank 0 sends them).
+    sent_by: dict[int, float] = {}
+    for (s, d), r in rates.items():
+        sent_by[s] = sent_by.get(s, 0.0) + r.Bps
+    for host, vals in sorted((samples or {}).items()):
+        gpus = sorted({int(k[3:k.index(".")]) for k in vals if k.startswith("gpu") and k.endswith(".nvlink.tx_Bps")
+                       and k[3:k.index(".")].isdigit()})
+        for i in gpus:
+            rank = next((rk for rk, p in places.items() if p.host == host and p.gpu == i), None)
+            if focus is not None and rank != focus:
+                continue
+            tx = vals.get(f"gpu{i}.nvlink.tx_Bps", 0.0)
+            rx = vals.get(f"gpu{i}.nvlink.rx_Bps", 0.0)
+            cap = None
+            if topology is not None and i < len(topology.gpus):
+                cap = topology.gpus[i].nvlink_gbps_per_direction
+            who = f"gpu{i}" + (f" r{rank}" if rank is not None else "") + f"@{host}"
+            model_txt = f"model {format_bps(sent_by.get(rank, 0.0))}" if rank is not None else ""
+            rows.append((f"nv:{host}:{i}", (
+                who,
+                Text(format_bps(tx), justify="right"),
+                Text("measured", style="bold"),
+                "NVLink",
+                util_bar(tx / (cap * 1e9) if cap else None),
+                Text(f"{cap:g} GB/s" if cap else "–", justify="right"),
+                f"tx; rx {format_bps(rx)}" + (f" · {model_txt}" if model_txt else ""),
+            )))
+    edges = [r for r in rates.values() if focus is None or focus in (r.src, r.dst)]
+    edges.sort(key=lambda r: (-r.Bps, r.src, r.dst))
+    for r in edges[: max(0, limit - len(rows))]:
+        if r.dst == HUB:
+            via, cap = "all peers", None
+            name = f"{r.src}→*"
+        else:
+            a, b = places.get(r.src), places.get(r.dst)
+            via, cap = link_kind(a, b, topology) if a and b else ("?", None)
+            name = f"{r.src}→{r.dst}"
+        modelled = r.modelled
+        rows.append((f"e:{r.src}:{r.dst}", (
+            name,
+            Text(format_bps(r.Bps), justify="right"),
+            Text("modelled", style="italic") if modelled else Text("exact", style="bold"),
+            via,
+            util_bar(r.Bps / (cap * 1e9) if cap else None),
+            Text(f"{cap:g} GB/s" if cap else "–", justify="right"),
+            r.op,
+        )))
+    return rows
