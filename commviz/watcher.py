@@ -31,6 +31,8 @@ class LiveFeed:
         self.addr = self.server.addr
         self._stop = threading.Event()
         self._liveness = threading.Thread(target=self._watch_pids, name="commviz-liveness", daemon=True)
+        self._procs: dict = {}  # pid -> psutil.Process
+        self.proc_stats: dict[int, tuple[float, int]] = {}  # rank -> (cpu %, rss bytes), this host only
 
     def start(self) -> "LiveFeed":
         self.server.start()
@@ -50,6 +52,25 @@ class LiveFeed:
             self.errors.append(line)
             del self.errors[:-100]
 
+    def _proc_stats(self, candidates: list[tuple[int, int]]) -> None:
+        """CPU% and RSS of rank processes on this host, for the Ranks panel."""
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a dependency
+            return
+        stats = {}
+        for rank, pid in candidates:
+            p = self._procs.get(pid)
+            try:
+                if p is None:
+                    p = self._procs[pid] = psutil.Process(pid)
+                    p.cpu_percent(None)  # the first reading only starts the interval
+                with p.oneshot():
+                    stats[rank] = (p.cpu_percent(None), p.memory_info().rss)
+            except (psutil.Error, OSError):
+                self._procs.pop(pid, None)
+        self.proc_stats = stats
+
     def _watch_pids(self) -> None:
         """A rank on this host whose process is gone without a goodbye is dead."""
         while not self._stop.wait(LIVENESS_EVERY_S):
@@ -60,6 +81,7 @@ class LiveFeed:
                     for r in self.model.ranks.values()
                     if r.hello is not None and r.hello.host == self.host and r.status not in ("exited", "dead")
                 ]
+            self._proc_stats(candidates)
             for rank, pid in candidates:
                 if not _pid_alive(pid):
                     recovered = self._read_ring(rank, pid)

@@ -57,6 +57,8 @@ RANK_COLUMNS = [
     ("in_op", "in op", True),
     ("ops_done", "ops", True),
     ("bytes", "bytes", True),
+    ("cpu", "cpu%", True),
+    ("rss", "rss", True),
     ("seen", "seen", True),
     ("dropped", "drop", True),
     ("device", "device", False),
@@ -98,6 +100,9 @@ def rank_cells(row: dict) -> tuple:
         in_op or _r(""),
         _r(format_count(row["ops_done"])),
         _r(format_bytes(row["bytes"])),
+        # the rank process itself, when it runs on the watcher's host (psutil)
+        _r(f"{row['cpu']:.0f}" if row.get("cpu") is not None else "", "dim"),
+        _r(format_bytes(row["rss"]) if row.get("rss") is not None else "", "dim"),
         _r(format_seconds(seen_s), seen_style),
         _r(str(dropped), "bold red" if dropped else "dim"),
         Text(row["device"]),
@@ -351,6 +356,11 @@ class WatchApp(App):
             return
         ranks, ops = self._ranks, self._ops
         shown = pick_rank_rows(snap.rank_rows, self.focus_rank)
+        procs = getattr(self.feed, "proc_stats", None) or {}
+        for row in shown:
+            cpu_rss = procs.get(row["rank"])
+            if cpu_rss is not None:
+                row["cpu"], row["rss"] = cpu_rss
         sync_table(ranks, RANK_COLUMNS, [(str(r["rank"]), rank_cells(r)) for r in shown], _sort_ranks)
         sync_table(
             ops, OP_COLUMNS, [(f"{r['op']}@{r['group']}", op_cells(r)) for r in snap.op_rows], _sort_ops
