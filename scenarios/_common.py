@@ -92,3 +92,20 @@ def human(nbytes: float) -> str:
             return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
         nbytes /= 1024
     return f"{nbytes:.1f} GiB"
+
+
+def mlp(width: int, layers: int, dtype, device) -> torch.nn.Module:
+    """The model of the training lessons (ddp_train, fsdp_train): the same weights
+    everywhere, so the two lessons move comparable bytes."""
+    torch.manual_seed(0)
+    blocks = []
+    for _ in range(layers):
+        blocks += [torch.nn.Linear(width, width, bias=False), torch.nn.Tanh()]
+    return torch.nn.Sequential(*blocks).to(dtype=dtype, device=device)
+
+
+def say_bandwidth(rank: int, name: str, nbytes: int, iters: int, spent: float, factor: float, rule: str) -> None:
+    """nccl-tests' figures for a timed loop: algbw = S/t, busbw = algbw x factor."""
+    algbw = nbytes * iters / spent / 1e9 if spent else 0.0
+    say(rank, f"{name}: ok, {spent / max(1, iters) * 1e6:.0f} µs per call, algbw {algbw:.3g} GB/s, "
+              f"busbw {algbw * factor:.3g} GB/s (factor {rule} = {factor:.2f})")

@@ -17,7 +17,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from _common import DTYPES, check, human, init, mark, parser, pause, say, sync
+from _common import DTYPES, check, human, init, mark, parser, pause, say, say_bandwidth, sync
 
 # torch 2.13 deprecates all_gather_into_tensor in favour of all_gather_single; older torch has only the former
 all_gather_single = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
@@ -47,9 +47,7 @@ def main() -> int:
         spent += time.perf_counter() - t0
         check(rank, f"step {i}: gathered tensor (chunk r is r+1)", out, want)
         pause(args)
-    algbw = nbytes * args.iters / spent / 1e9 if spent else 0.0
-    say(rank, f"all_gather: ok, {spent / max(1, args.iters) * 1e6:.0f} µs per call, algbw {algbw:.3g} GB/s, "
-              f"busbw {algbw * (world - 1) / world:.3g} GB/s (factor (n-1)/n = {(world - 1) / world:.2f})")
+    say_bandwidth(rank, "all_gather", nbytes, args.iters, spent, (world - 1) / world, "(n-1)/n")
     dist.destroy_process_group()
     return 0
 

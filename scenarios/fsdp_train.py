@@ -26,15 +26,7 @@ import sys
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
-from _common import DTYPES, check, human, init, mark, parser, pause, say
-
-
-def mlp(width: int, layers: int, dtype, device) -> torch.nn.Module:
-    torch.manual_seed(0)
-    blocks = []
-    for _ in range(layers):
-        blocks += [torch.nn.Linear(width, width, bias=False), torch.nn.Tanh()]
-    return torch.nn.Sequential(*blocks).to(dtype=dtype, device=device)
+from _common import DTYPES, check, human, init, mark, mlp, parser, pause, say
 
 
 def main() -> int:

@@ -377,8 +377,9 @@ class Model:
                 "bytes": st.bytes,
                 "p50_us": round(st.percentile_us(50), 3),
                 "p99_us": round(st.percentile_us(99), 3),
-                "algbw_gbps": round(algbw, 6),
-                "busbw_gbps": round(algbw * opcat.busbw_factor(op, n), 6),
+                # significant digits, not decimals: CPU jobs move MB/s, GPUs hundreds of GB/s
+                "algbw_gbps": _sig(algbw),
+                "busbw_gbps": _sig(algbw * opcat.busbw_factor(op, n)),
             }
             if st.errors:
                 row["errors"] = st.errors
@@ -469,3 +470,7 @@ def _copy_stats(st: OpStats) -> OpStats:
     c.time_ns, c.timed, c.timed_bytes = st.time_ns, st.timed, st.timed_bytes
     c._samples = list(st._samples)
     return c
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    return float(f"{x:.{digits}g}")

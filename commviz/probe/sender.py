@@ -24,6 +24,7 @@ MAX_BATCH = 4096  # events per frame
 # up to this many events and retried, so a watcher that starts a moment after the
 # job still gets everything; beyond it the oldest are dropped and counted.
 BACKLOG_EVENTS = 100_000
+EXIT_GRACE_S = 0.25  # at exit, wait at most this long for ops still completing
 
 
 class Sender:
@@ -44,6 +45,7 @@ class Sender:
         self.connected = False
         self.backlog: collections.deque = collections.deque()  # (payload, n_events)
         self.backlog_events = 0
+        self._carry: list = []  # drained at exit, sent with the final flush
         self.client = None
         self.trace = None
         self._last_counters = 0.0
@@ -173,7 +175,8 @@ class Sender:
         return out
 
     def flush(self, final: list | None = None) -> None:
-        events = self._drain()
+        events = self._carry + self._drain()
+        self._carry = []
         if final is not None:
             # The goodbye counts what the watcher will not have got, this batch included.
             undelivered = self.health.dropped + self.backlog_events + (0 if self.connected else len(events) + 2)
@@ -231,8 +234,16 @@ class Sender:
         self._wake.set()
         if self.thread.is_alive():
             self.thread.join(timeout)
-        if self.polls:
-            self._poll()
+        # Async ops whose completion is in flight (a future callback waiting for the
+        # GIL, a waiter thread) get a moment to land, so the last op is not lost.
+        end = time.monotonic() + EXIT_GRACE_S
+        while True:
+            if self.polls:
+                self._poll()
+            self._carry.extend(self._drain())
+            if not self.inflight or time.monotonic() >= end:
+                break
+            time.sleep(0.005)
         try:
             self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_events, reason)])
         finally:

@@ -21,6 +21,9 @@ MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq
 RCVHWM = 10000
 # A rank sends ~50 batches a second; far beyond that is a bug or an attack.
 FLOOD_FRAMES_PER_S = 2000
+# Each rank holds two connections at most (sender, flight); far more is not a job.
+MAX_PEERS = 16384
+PEER_IDLE_S = 60.0
 TOKEN_USER = "commviz"
 
 
@@ -60,6 +63,7 @@ class Server:
         on_error: Callable[[str, str], None],
         token: str | None = None,
         flood_frames_per_s: int = FLOOD_FRAMES_PER_S,
+        max_peers: int = MAX_PEERS,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
@@ -67,8 +71,10 @@ class Server:
         self.on_error = on_error
         self.frames = 0
         self.bad_frames = 0
-        self.peers: set[bytes] = set()
+        self.peers: dict[bytes, float] = {}  # identity -> when last heard (monotonic s)
         self.flood_limit = flood_frames_per_s
+        self.max_peers = max_peers
+        self.refused = 0  # frames from peers beyond max_peers, ignored
         self.flooded: dict[bytes, int] = {}  # peer -> frames ignored while over the limit
         self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
         self._auth = None
@@ -171,8 +177,21 @@ class Server:
 
     def _handle(self, parts: list[bytes]) -> None:
         peer = parts[0].decode("utf-8", "replace") if parts else "?"
-        self.peers.add(parts[0])
-        if self._over_limit(parts[0]):
+        ident = parts[0]
+        now = time.monotonic()
+        if ident not in self.peers:
+            if len(self.peers) >= self.max_peers:
+                # forget peers silent for a minute (ranks of finished jobs) first
+                self.peers = {k: t for k, t in self.peers.items() if now - t < PEER_IDLE_S}
+            if len(self.peers) >= self.max_peers:
+                # Past the cap new peers are ignored (and counted) so that a storm of
+                # connections cannot crowd out the ranks already talking to us.
+                self.refused += 1
+                if self.refused == 1:
+                    self.on_error(peer, f"more than {self.max_peers} peers: ignoring new ones")
+                return
+        self.peers[ident] = now
+        if self._over_limit(ident):
             return
         if len(parts) != 2:
             self.bad_frames += 1

@@ -176,9 +176,34 @@ def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir):
 def test_non_loopback_listen_makes_up_a_token_and_says_how_to_use_it(monkeypatch, capsys):
     from commviz.cli import _token
 
+    import os
+
     monkeypatch.delenv("COMMVIZ_TOKEN", raising=False)
-    token = _token("tcp://0.0.0.0:5557")
-    assert token and f"export COMMVIZ_TOKEN={token}" in capsys.readouterr().err
-    assert _token("tcp://127.0.0.1:5557") == token  # now set for this process and its job
-    monkeypatch.delenv("COMMVIZ_TOKEN")
+    try:
+        token = _token("tcp://0.0.0.0:5557")
+        assert token and f"export COMMVIZ_TOKEN={token}" in capsys.readouterr().err
+        assert _token("tcp://127.0.0.1:5557") == token  # now set for this process and its job
+    finally:
+        os.environ.pop("COMMVIZ_TOKEN", None)  # _token sets it directly, for the job it launches
     assert _token("tcp://127.0.0.1:5557") is None
+
+
+def test_peers_beyond_the_cap_are_ignored_and_the_first_ones_keep_working(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got = []
+    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: None, max_peers=2).start()
+    try:
+        clients = [Client(addr, identity=f"rank{i}".encode()) for i in range(4)]
+        for i, c in enumerate(clients[:2]):
+            assert wait_for(lambda c=c, i=i: c.send(encode_batch(i, [hello(i)])))
+        assert wait_for(lambda: sorted(got) == [0, 1])
+        for i, c in enumerate(clients[2:], start=2):
+            assert wait_for(lambda c=c, i=i: c.send(encode_batch(i, [hello(i)])))
+        assert wait_for(lambda: server.refused >= 2)
+        assert clients[0].send(encode_batch(0, [hello(0)]))
+        assert wait_for(lambda: got.count(0) == 2)
+        assert sorted(set(got)) == [0, 1]
+        for c in clients:
+            c.close()
+    finally:
+        server.close()

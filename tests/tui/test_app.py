@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 
 import pytest
 from textual.widgets import DataTable, Static
@@ -15,29 +14,11 @@ from commviz.tui.app import WatchApp
 from commviz.tui.feed import ReplayFeed
 
 from .helpers import MS, WALL0, FakeClock, hello, two_rank_trace
+from .scenes import FakeFeed
 
 pytestmark = pytest.mark.asyncio
 
 SHOTS = os.environ.get("COMMVIZ_SHOTS", tempfile.gettempdir())
-
-
-class FakeFeed:
-    """A live-like feed: a model we fill by hand and a fixed clock."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.model = Model()
-        self.now = WALL0 + 100 * MS
-        self.advanced = 0
-
-    def now_ns(self) -> int:
-        return self.now
-
-    def status(self) -> str:
-        return "listening on ipc:///tmp/commviz-test · 2 ranks connected"
-
-    def advance(self) -> None:
-        self.advanced += 1
 
 
 def fill(model: Model, n_ops: int, nbytes: int = 4096, first: int = 0) -> None:
