@@ -4,12 +4,11 @@ watcher, through per-rank trace files, and with a watcher that starts late."""
 import json
 import os
 import subprocess
-import sys
 import time
 
 import pytest
 
-from commviz.events import Hello, OpEnd, OpStart
+from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
 from tests.integration.conftest import JOBS, REPO, commviz, run, torchrun
 
