@@ -109,3 +109,20 @@ def say_bandwidth(rank: int, name: str, nbytes: int, iters: int, spent: float, f
     algbw = nbytes * iters / spent / 1e9 if spent else 0.0
     say(rank, f"{name}: ok, {spent / max(1, iters) * 1e6:.0f} µs per call, algbw {algbw:.3g} GB/s, "
               f"busbw {algbw * factor:.3g} GB/s (factor {rule} = {factor:.2f})")
+
+
+def timed_steps(args, device, out: torch.Tensor, call, verify) -> float:
+    """Run `call()` --iters times into a zeroed `out`, timing only the call (the
+    device synchronized around it), then `verify(i)` and the --interval pause.
+    Returns the seconds spent in the calls."""
+    spent = 0.0
+    for i in range(args.iters):
+        out.fill_(0)
+        sync(device)
+        t0 = time.perf_counter()
+        call()
+        sync(device)
+        spent += time.perf_counter() - t0
+        verify(i)
+        pause(args)
+    return spent

@@ -13,11 +13,10 @@ commviz's Ops table should agree.
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-from _common import DTYPES, check, human, init, mark, parser, pause, say, say_bandwidth, sync
+from _common import DTYPES, check, human, init, mark, parser, say, say_bandwidth, timed_steps
 
 # torch 2.13 deprecates all_gather_into_tensor in favour of all_gather_single; older torch has only the former
 all_gather_single = getattr(dist, "all_gather_single", dist.all_gather_into_tensor)
@@ -36,17 +35,9 @@ def main() -> int:
     mine = torch.full((chunk,), float(rank + 1), dtype=dtype, device=device)
     out = torch.empty(total, dtype=dtype, device=device)
     want = torch.arange(1, world + 1, dtype=dtype, device=device).repeat_interleave(chunk)
-    spent = 0.0
     mark("all_gather_single")
-    for i in range(args.iters):
-        out.fill_(0)
-        sync(device)
-        t0 = time.perf_counter()
-        all_gather_single(out, mine)
-        sync(device)
-        spent += time.perf_counter() - t0
-        check(rank, f"step {i}: gathered tensor (chunk r is r+1)", out, want)
-        pause(args)
+    spent = timed_steps(args, device, out, lambda: all_gather_single(out, mine),
+                        lambda i: check(rank, f"step {i}: gathered tensor (chunk r is r+1)", out, want))
     say_bandwidth(rank, "all_gather", nbytes, args.iters, spent, (world - 1) / world, "(n-1)/n")
     dist.destroy_process_group()
     return 0

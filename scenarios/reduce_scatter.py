@@ -13,11 +13,10 @@ the busbw of the three scenarios.
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 import torch.distributed as dist
-from _common import DTYPES, check, human, init, mark, parser, pause, say, say_bandwidth, sync
+from _common import DTYPES, check, human, init, mark, parser, say, say_bandwidth, timed_steps
 
 # torch 2.13 deprecates reduce_scatter_tensor in favour of reduce_scatter_single; older torch has only the former
 reduce_scatter_single = getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)
@@ -36,17 +35,9 @@ def main() -> int:
     inp = (torch.arange(world) + rank + 1).repeat_interleave(chunk).to(dtype=dtype, device=device)
     out = torch.empty(chunk, dtype=dtype, device=device)
     want = torch.full_like(out, world * (rank + 1) + world * (world - 1) / 2)
-    spent = 0.0
     mark("reduce_scatter_single")
-    for i in range(args.iters):
-        out.fill_(0)
-        sync(device)
-        t0 = time.perf_counter()
-        reduce_scatter_single(out, inp)
-        sync(device)
-        spent += time.perf_counter() - t0
-        check(rank, f"step {i}: reduced chunk {rank}", out, want)
-        pause(args)
+    spent = timed_steps(args, device, out, lambda: reduce_scatter_single(out, inp),
+                        lambda i: check(rank, f"step {i}: reduced chunk {rank}", out, want))
     say_bandwidth(rank, "reduce_scatter", nbytes, args.iters, spent, (world - 1) / world, "(n-1)/n")
     dist.destroy_process_group()
     return 0
