@@ -286,6 +286,27 @@ def cmd_demo(args) -> int:
     return cmd_watch(args, cmd)
 
 
+# ----------------------------------------------------------------- export
+
+
+def cmd_export(args) -> int:
+    from commviz.trace.file import TraceError, load
+    from commviz.trace.perfetto import to_chrome_trace
+
+    try:
+        loaded = load(args.path)
+    except (TraceError, OSError) as exc:
+        return _die(str(exc))
+    for p in loaded.problems:
+        print(f"commviz: note: {p}", file=sys.stderr)
+    doc = to_chrome_trace(loaded.batches)
+    with open(args.perfetto, "w") as f:
+        json.dump(doc, f)
+    n = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
+    print(f"{n} ops written to {args.perfetto}: open it in https://ui.perfetto.dev or chrome://tracing")
+    return 0
+
+
 # ----------------------------------------------------------------- replay
 
 
@@ -414,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--hang-after", type=float, default=1.0, metavar="S",
                    help="ops still waiting this long at the end of the trace count as a hang (default 1)")
 
+    e = sub.add_parser("export", help="a trace as Chrome trace JSON for Perfetto / chrome://tracing")
+    e.add_argument("path", metavar="FILE_OR_DIR")
+    e.add_argument("--perfetto", required=True, metavar="OUT", help="JSON file to write")
+
     d = sub.add_parser("demo", help="dashboard + a small CPU job, one command")
     d.add_argument("--nproc", type=int, default=4)
     d.add_argument("--iters", type=int, default=600)
@@ -457,6 +482,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_replay(args)
     if args.command == "demo":
         return cmd_demo(args)
+    if args.command == "export":
+        return cmd_export(args)
     if args.command == "topo":
         return cmd_topo(args)
     if args.command == "nvml-dump":

@@ -73,3 +73,27 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and "commviz 0.1.0" in capsys.readouterr().out
+
+
+def test_export_perfetto(tmp_path, capsys):
+    from commviz.events import Mark, OpStart
+
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    for r in (0, 1):
+        w.write(encode_batch(r, [hello(r), group()]))
+        w.write(encode_batch(r, op(0, 1000, 3000, nbytes=4096) + [Mark(500, "step 0")]))
+    w.write(encode_batch(1, [OpStart(1, 4000, "send", "0", 0, 64, peer=0)]))  # never ends
+    w.close()
+    out = tmp_path / "t.json"
+    assert main(["export", str(p), "--perfetto", str(out)]) == 0
+    assert "3 ops written" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    ops = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    ar = [e for e in ops if e["name"] == "all_reduce #0"]
+    assert [e["pid"] for e in ar] == [0, 1] and all(e["dur"] == 2.0 and e["args"]["bytes"] == 4096 for e in ar)
+    [hung] = [e for e in ops if e["name"] == "send #0"]
+    assert hung["args"]["peer"] == 0 and hung["args"]["unfinished"] and hung["dur"] == 0.0
+    assert {e["name"] for e in doc["traceEvents"] if e["ph"] == "i"} == {"step 0"}
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
+    assert names == {"rank 0 (h)", "rank 1 (h)"}
