@@ -19,8 +19,12 @@ def to_chrome_trace(batches: list[Batch]) -> dict:
     starts: dict[tuple[int, int], OpStart] = {}
     ends: dict[tuple[int, int], OpEnd] = {}
     marks: list[tuple[int, Mark]] = []
+    latest: dict[int, int] = {}  # newest timestamp per rank, heartbeats and stacks included
     for b in batches:
         for e in b.events:
+            t = getattr(e, "t", None)
+            if t is not None and t > latest.get(b.rank, -1):
+                latest[b.rank] = t
             if isinstance(e, OpStart):
                 starts.setdefault((b.rank, e.id), e)
             elif isinstance(e, OpEnd):
@@ -33,8 +37,7 @@ def to_chrome_trace(batches: list[Batch]) -> dict:
     def us(rank: int, t: int) -> float:
         return (t + offsets.get(rank, 0)) / 1e3
 
-    last = max([us(r, s.t) for (r, _), s in starts.items()] + [us(r, e.t) for (r, _), e in ends.items()] +
-               [us(r, m.t) for r, m in marks])
+    last = max(us(r, t) for r, t in latest.items())  # where unfinished ops are drawn to
     events: list[dict] = []
     tids: dict[tuple[int, str], int] = {}
     for rank in sorted({r for r, _ in starts} | {r for r, _ in marks}):
