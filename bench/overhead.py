@@ -61,7 +61,38 @@ def main() -> None:
             inst.append(timed(fn, fargs, args.calls))
         b, i = statistics.median(bare), statistics.median(inst)
         print(f"{name:<26}{b:>10.0f}{i:>10.0f}{i - b:>10.0f}{i / b:>8.2f}")
+    caller_only(probe, small, args.rounds)
     probe.shutdown()
+
+
+def caller_only(probe, t, rounds: int) -> None:
+    """Split the figure: the wrapper around a no-op function, with the probe's thread
+    stopped (queue cleared between rounds, GC off), is what the caller's thread pays;
+    the rest of the added time above is the probe thread's encoding under the GIL."""
+    import gc
+
+    import torch.distributed.distributed_c10d as c10d
+
+    from commviz import ops
+    from commviz.probe.patch import _wrap
+
+    def noop(tensor, op=c10d.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    wrapped = _wrap(noop, ops.CATALOGUE["all_reduce"], probe)
+    probe.sender._stop.set()
+    probe.sender.thread.join()
+    gc.disable()
+    added = []
+    try:
+        for _ in range(rounds):
+            b = timed(noop, (t,), 20000)
+            a = timed(wrapped, (t,), 20000)
+            probe.queue.clear()
+            added.append(a - b)
+    finally:
+        gc.enable()
+    print(f"{'caller thread only':<26}{'':>10}{'':>10}{statistics.median(added):>10.0f}   (all_reduce wrapper on a no-op)")
 
 
 if __name__ == "__main__":
