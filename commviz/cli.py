@@ -289,16 +289,27 @@ def cmd_demo(args) -> int:
 # ----------------------------------------------------------------- export
 
 
-def cmd_export(args) -> int:
+def _load_noting(path):
+    """A trace file or dir for a viewer: what could not be read is said on stderr
+    (the load goes on); a file that is no trace at all is an error (None)."""
     from commviz.trace.file import TraceError, load
-    from commviz.trace.perfetto import to_chrome_trace
 
     try:
-        loaded = load(args.path)
+        loaded = load(path)
     except (TraceError, OSError) as exc:
-        return _die(str(exc))
+        _die(str(exc))
+        return None
     for p in loaded.problems:
         print(f"commviz: note: {p}", file=sys.stderr)
+    return loaded
+
+
+def cmd_export(args) -> int:
+    from commviz.trace.perfetto import to_chrome_trace
+
+    loaded = _load_noting(args.path)
+    if loaded is None:
+        return 2
     doc = to_chrome_trace(loaded.batches)
     with open(args.perfetto, "w") as f:
         json.dump(doc, f)
@@ -312,19 +323,15 @@ def cmd_export(args) -> int:
 
 def cmd_replay(args) -> int:
     from commviz.topo.fake import FixtureError
-    from commviz.trace.file import TraceError, load
     from commviz.tui.feed import ReplayFeed
 
     try:
         topology = _dashboard_topology(getattr(args, "topology", None))
     except FixtureError as exc:
         return _die(str(exc))
-    try:
-        loaded = load(args.path)
-    except (TraceError, OSError) as exc:
-        return _die(str(exc))
-    for p in loaded.problems:
-        print(f"commviz: note: {p}", file=sys.stderr)
+    loaded = _load_noting(args.path)
+    if loaded is None:
+        return 2
     if not loaded.batches:
         return _die(f"{args.path}: no events to replay")
     feed = ReplayFeed(loaded.batches)
