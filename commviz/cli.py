@@ -91,7 +91,7 @@ def cmd_summary(args) -> int:
 def _mark_unfinished(model, loaded) -> None:
     """A rank whose trace ends without a goodbye did not exit cleanly."""
     for rank, r in model.ranks.items():
-        if r.status not in ("exited", "dead"):
+        if not r.gone:
             why = "trace cut off" if loaded.truncated else "no goodbye in the trace (killed?)"
             model.mark_gone(rank, why)
 
@@ -120,7 +120,7 @@ def cmd_record(args, cmd: list[str]) -> int:
         feed.close()
         shutil.rmtree(ring_dir, ignore_errors=True)
         return _die(str(exc).removeprefix("commviz: "))
-    found: list[dict] = []
+    found: list = []
     try:
         rc = _wait_or_diagnose(proc, feed, args.hang_timeout, found)
     except KeyboardInterrupt:
@@ -139,7 +139,7 @@ def cmd_record(args, cmd: list[str]) -> int:
         s = feed.model.summary()
     if found:
         # what was true when the job was stopped, not after we killed it
-        s["diagnoses"] = found
+        s["diagnoses"] = [d.to_json() for d in found]
     out = sys.stderr if args.quiet else sys.stdout
     print(render_summary(s, feed.errors[-5:]), file=out)
     print(f"trace written to {args.output}  (commviz summary {args.output} · commviz replay {args.output})")
@@ -165,7 +165,7 @@ def _wait_or_diagnose(proc, feed, hang_timeout: float | None, found: list) -> in
         except subprocess.TimeoutExpired:
             pass
         with feed.lock:
-            diags = [d for d in feed.model.diagnoses(time.time_ns()) if d["kind"] != "straggler"]
+            diags = [d for d in feed.model.findings(time.time_ns()).diagnoses if d.kind.blocks]
         if diags:
             found.extend(diags)
             _stop(proc)

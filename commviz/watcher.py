@@ -11,6 +11,7 @@ import time
 
 from commviz.events import Batch
 from commviz.model import Model
+from commviz.model.diagnosis import RankStatus
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
 
@@ -79,7 +80,7 @@ class LiveFeed:
                 candidates = [
                     (r.rank, r.hello.pid)
                     for r in self.model.ranks.values()
-                    if r.hello is not None and r.hello.host == self.host and r.status not in ("exited", "dead")
+                    if r.hello is not None and r.hello.host == self.host and not r.gone
                 ]
             self._proc_stats(candidates)
             for rank, pid in candidates:
@@ -88,7 +89,7 @@ class LiveFeed:
                     with self.lock:
                         r = self.model.ranks.get(rank)
                         # Re-check under the lock: its goodbye may just have arrived.
-                        if r is not None and r.hello is not None and r.hello.pid == pid and r.status != "exited":
+                        if r is not None and r.hello is not None and r.hello.pid == pid and r.status is not RankStatus.EXITED:
                             for ev in recovered:
                                 self.model.ingest(rank, ev)
                             self.model.mark_gone(rank, "process ended without a goodbye")
@@ -146,7 +147,7 @@ class LiveFeed:
             rank, pid, events = got
             with self.lock:
                 r = self.model.ranks.get(rank)
-                if r is not None and r.status == "exited":
+                if r is not None and r.status is RankStatus.EXITED:
                     continue
                 for ev in events:
                     self.model.ingest(rank, ev)
@@ -172,7 +173,7 @@ class LiveFeed:
     def all_exited(self) -> bool:
         with self.lock:
             rs = self.model.ranks.values()
-            return bool(rs) and all(r.status in ("exited", "dead") for r in rs)
+            return bool(rs) and all(r.gone for r in rs)
 
     def close(self) -> None:
         self._stop.set()

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from commviz import ops as opcat
 from commviz.events import OpStart
+from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.text import ranks_phrase, short_error
 from commviz.model.track import Instance, P2PPair
 
@@ -115,7 +116,7 @@ def collective_desync(
     members: list[int],
     gone_note: Callable[[int], str | None],
     finished: bool,
-) -> dict | None:
+) -> Diagnosis | None:
     """The desync diagnosis of one instance, or None when its ranks agree.
     `gone_note(rank)` says how a rank's process ended (None while it runs)."""
     sigs = {r: signature(fl.start) for r, fl in inst.starts.items()}
@@ -151,20 +152,17 @@ def collective_desync(
             {"rank": r, "op": s.op, "bytes": s.bytes, "dtype": s.dtype, "shape": list(s.shape), "root": s.root,
              "reduce_op": s.reduce_op, "op_id": s.id}
         )
-    return {
-        "kind": "desync",
-        "group": inst.group,
-        "seq": inst.seq,
-        "op": ref_op,
-        "waiting_ranks": [r for r in inside if r not in died],
-        "missing_ranks": missing,
-        "culprit_ranks": m.culprits,
-        "message": msg,
-        "details": {"differs": m.fields, "per_rank": per_rank, "died": died, "completed": finished},
-    }
+    return Diagnosis(
+        Kind.DESYNC, inst.group, inst.seq, ref_op,
+        waiting_ranks=[r for r in inside if r not in died],
+        missing_ranks=missing,
+        culprit_ranks=m.culprits,
+        message=msg,
+        details={"differs": m.fields, "per_rank": per_rank, "died": died, "completed": finished},
+    )
 
 
-def p2p_desync(pair: P2PPair) -> dict | None:
+def p2p_desync(pair: P2PPair) -> Diagnosis | None:
     """The two ends of one p2p message disagree on its size or dtype."""
     if pair.send is None or pair.recv is None:
         return None
@@ -185,16 +183,13 @@ def p2p_desync(pair: P2PPair) -> dict | None:
         f"(shape {list(r.shape)})"
     )
     waiting = sorted(side.rank for side in (pair.send, pair.recv) if not side.ended)
-    return {
-        "kind": "desync",
-        "group": pair.group,
-        "seq": pair.seq,
-        "op": s.op,
-        "waiting_ranks": waiting,
-        "missing_ranks": [],
-        "culprit_ranks": sorted({src, dst}),
-        "message": msg,
-        "details": {
+    return Diagnosis(
+        Kind.DESYNC, pair.group, pair.seq, s.op,
+        waiting_ranks=waiting,
+        missing_ranks=[],
+        culprit_ranks=sorted({src, dst}),
+        message=msg,
+        details={
             "differs": differs,
             "per_rank": [
                 {"rank": src, "op": s.op, "bytes": s.bytes, "dtype": s.dtype, "shape": list(s.shape), "peer": dst, "op_id": s.id},
@@ -203,4 +198,4 @@ def p2p_desync(pair: P2PPair) -> dict | None:
             "died": [],
             "completed": pair.send.ended and pair.recv.ended,
         },
-    }
+    )

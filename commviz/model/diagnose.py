@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from commviz.model import desync as desync_mod
+from commviz.model.diagnosis import Diagnosis
 from commviz.model.explain import Writer
 from commviz.model.waitgraph import build_graph
 from commviz.model.waits import RankView, collective_units, p2p_units
@@ -32,13 +33,15 @@ from commviz.model.waits import RankView, collective_units, p2p_units
 if TYPE_CHECKING:
     from commviz.model.state import Model
 
-KIND_ORDER = {"desync": 0, "dead_rank": 1, "p2p_deadlock": 2, "hang": 3, "straggler": 4}
-
 
 @dataclass
 class Findings:
-    diagnoses: list[dict]
+    diagnoses: list[Diagnosis]
     hung: frozenset[int]  # ranks whose in-flight op is part of a diagnosis
+    missing: frozenset[int]  # ranks others wait for (see `Kind.names_missing`)
+
+    def to_json(self) -> list[dict]:
+        return [d.to_json() for d in self.diagnoses]
 
 
 def diagnose(model: Model, now: int) -> Findings:
@@ -46,7 +49,7 @@ def diagnose(model: Model, now: int) -> Findings:
     p2p_deadlock, hang, straggler."""
     th = model.thresholds
     view = RankView(model, now, th)
-    diags: list[tuple[dict, dict[int, int]]] = []
+    diags: list[tuple[Diagnosis, dict[int, int]]] = []
 
     # Desyncs in flight (and the instances they explain are not also called hangs).
     live_desync: set[tuple[str, int]] = set()
@@ -64,7 +67,7 @@ def diagnose(model: Model, now: int) -> Findings:
         if d is not None:
             diags.append((d, {side.rank: side.fl.start.id for side in (pair.send, pair.recv)}))
     for d in model.desync_history.values():
-        diags.append((_copy(d), {}))
+        diags.append((d.copy(), {}))
 
     units = collective_units(model, view, live_desync) + p2p_units(model, view)
     writer = Writer(model, view, units)
@@ -86,13 +89,7 @@ def diagnose(model: Model, now: int) -> Findings:
 
     for d, ops in diags:
         writer.attach_stacks(d, ops)
-    out = [d for d, _ in diags]
-    out.sort(key=lambda d: (KIND_ORDER[d["kind"]], str(d["group"]), d["seq"], d["message"]))
+    out = sorted((d for d, _ in diags), key=lambda d: d.sort_key)
     hung = frozenset(w.rank for u in units for w in u.stuck())
-    return Findings(out, hung)
-
-
-def _copy(d: dict) -> dict:
-    c = dict(d)
-    c["details"] = dict(d.get("details", {}))
-    return c
+    missing = frozenset(m for d in out if d.kind.names_missing for m in d.missing_ranks)
+    return Findings(out, hung, missing)

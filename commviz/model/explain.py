@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.text import ranks_phrase, secs, short_error
 from commviz.model.track import InFlight
 from commviz.model.waits import RankView, Unit, Waiter, op_label
@@ -21,7 +22,7 @@ MAX_MISSING_IN_MESSAGE = 4  # missing ranks described one by one; the rest are l
 
 
 class Writer:
-    """Builds the diagnosis dicts; remembers which op of each rank it talked about,
+    """Builds the `Diagnosis` of each root cause; remembers which op of each rank it talked about,
     so the right stack goes with it."""
 
     def __init__(self, model: Model, view: RankView, units: list[Unit]) -> None:
@@ -131,7 +132,7 @@ class Writer:
             text += f" (it already started #{r.seqs[u.group]} on group {u.group}: its record of #{u.seq} was lost)"
         return f"rank {rank} never {verb} — {text}", info, op_id
 
-    def unit_diagnosis(self, u: Unit) -> tuple[dict, dict[int, int]]:
+    def unit_diagnosis(self, u: Unit) -> tuple[Diagnosis, dict[int, int]]:
         """A hang or dead_rank diagnosis for one unit; also the op id per rank it names."""
         ops: dict[int, int] = {w.rank: w.fl.start.id for w in u.waiters}
         alive = [m for m in u.missing if m not in u.dead]
@@ -147,23 +148,19 @@ class Writer:
                 ops.setdefault(m, op_id)
         if rest:
             clauses.append(f"{ranks_phrase(rest)} {'is' if len(rest) == 1 else 'are'} missing too (see details)")
-        kind = "dead_rank" if u.dead else "hang"
         msg = f"{self.head(u)}: {self.waiting_clause(u)}; " + "; ".join(clauses)
-        d = {
-            "kind": kind,
-            "group": u.group,
-            "seq": u.seq,
-            "op": u.op,
-            "waiting_ranks": sorted(w.rank for w in u.waiters),
-            "missing_ranks": list(u.missing),
-            "culprit_ranks": list(u.dead) if u.dead else list(u.missing),
-            "message": msg,
-            "details": {
+        d = Diagnosis(
+            Kind.DEAD_RANK if u.dead else Kind.HANG, u.group, u.seq, u.op,
+            waiting_ranks=sorted(w.rank for w in u.waiters),
+            missing_ranks=list(u.missing),
+            culprit_ranks=list(u.dead) if u.dead else list(u.missing),
+            message=msg,
+            details={
                 "members": list(u.members),
                 "waits": [self._wait_info(w) for w in u.waiters],
                 "missing": infos,
             },
-        }
+        )
         return d, ops
 
     def _wait_info(self, w: Waiter) -> dict:
@@ -175,7 +172,7 @@ class Writer:
             d["error"] = w.error
         return d
 
-    def cross_hang(self, comp: list[Unit]) -> tuple[dict, dict[int, int]]:
+    def cross_hang(self, comp: list[Unit]) -> tuple[Diagnosis, dict[int, int]]:
         """Collectives only, waiting on each other across groups: the ranks call them
         in a different order. Each unit's waiters vote for "this op comes first", so
         the unit with the fewest missing ranks is the majority's order and its missing
@@ -187,16 +184,16 @@ class Writer:
         d, ops = self.unit_diagnosis(primary)
         others = [u for u in comp if u is not primary]
         for o in sorted(others, key=lambda u: (u.group, u.seq)):
-            d["message"] += (
+            d.message += (
                 f"; {ranks_phrase(o.missing)} in turn never entered {o.label()}, "
                 f"where {ranks_phrase(w.rank for w in o.stuck())} wait{'s' if len(o.stuck()) == 1 else ''}"
             )
             for w in o.waiters:
                 ops.setdefault(w.rank, w.fl.start.id)
-        d["message"] += " — the ranks call these collectives in a different order"
+        d.message += " — the ranks call these collectives in a different order"
         if tie:
-            d["message"] += " (as many ranks on each side: either side may be the one out of order)"
-        d["details"]["cycle"] = [self._unit_info(u) for u in [primary, *others]]
+            d.message += " (as many ranks on each side: either side may be the one out of order)"
+        d.details["cycle"] = [self._unit_info(u) for u in [primary, *others]]
         return d, ops
 
     def _unit_info(self, u: Unit) -> dict:
@@ -209,7 +206,7 @@ class Writer:
             "missing_ranks": list(u.missing),
         }
 
-    def deadlock(self, comp: list[Unit]) -> tuple[dict, dict[int, int]]:
+    def deadlock(self, comp: list[Unit]) -> tuple[Diagnosis, dict[int, int]]:
         """A cycle of waits through at least one p2p op."""
         in_comp = {w.rank for u in comp for w in u.stuck()}
         step: dict[int, list[tuple[int, Unit]]] = {}
@@ -254,26 +251,23 @@ class Writer:
         for u in comp:
             for w in u.waiters:
                 ops.setdefault(w.rank, w.fl.start.id)
-        d = {
-            "kind": "p2p_deadlock",
-            "group": primary.group,
-            "seq": primary.seq,
-            "op": primary.op,
-            "waiting_ranks": sorted({w.rank for u in comp for w in u.stuck()}),
-            "missing_ranks": sorted({m for u in comp for m in u.missing}),
-            "culprit_ranks": sorted(cycle),
-            "message": msg,
-            "details": {
+        d = Diagnosis(
+            Kind.P2P_DEADLOCK, primary.group, primary.seq, primary.op,
+            waiting_ranks=sorted({w.rank for u in comp for w in u.stuck()}),
+            missing_ranks=sorted({m for u in comp for m in u.missing}),
+            culprit_ranks=sorted(cycle),
+            message=msg,
+            details={
                 "cycle": [
                     dict(self._unit_info(u), rank=rank, waits_for=cycle[(k + 1) % len(cycle)])
                     for k, (rank, u) in enumerate(zip(cycle, cyc_units))
                 ],
                 "waits": [self._wait_info(w) for u in comp for w in u.waiters],
             },
-        }
+        )
         return d, ops
 
-    def add_upstream(self, d: dict, ops: dict[int, int], behind: list[Unit]) -> None:
+    def add_upstream(self, d: Diagnosis, ops: dict[int, int], behind: list[Unit]) -> None:
         """Units stuck only because of this root cause: listed, not reported again."""
         if not behind:
             return
@@ -283,12 +277,12 @@ class Writer:
                 ops.setdefault(w.rank, w.fl.start.id)
             items.append(dict(self._unit_info(u), waited_s=round(max(w.age for w in u.waiters) / 1e9, 3)))
             words.append(f"{ranks_phrase(w.rank for w in u.waiters)} in {u.label()}")
-        d["details"]["also_blocked"] = items
+        d.details["also_blocked"] = items
         shown = words[:MAX_ALSO_IN_MESSAGE]
         more = len(words) - len(shown)
-        d["message"] += "; also stuck behind it: " + ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+        d.message += "; also stuck behind it: " + ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
-    def attach_stacks(self, d: dict, ops: dict[int, int]) -> None:
+    def attach_stacks(self, d: Diagnosis, ops: dict[int, int]) -> None:
         """The latest stack of each rank the diagnosis names, for the op it names."""
         out = []
         for rank in sorted(ops):
@@ -296,4 +290,4 @@ class Writer:
             st = r.stacks.for_op(ops[rank]) if r is not None else None
             if st is not None:
                 out.append(st.to_json(rank, self.view.now))
-        d["stacks"] = out
+        d.stacks = out

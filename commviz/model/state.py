@@ -27,6 +27,7 @@ from commviz.events import (
 from commviz.model import desync as desync_mod
 from commviz.model import flows
 from commviz.model.diagnose import Findings, diagnose
+from commviz.model.diagnosis import Diagnosis, RankStatus
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
 from commviz.model.straggler import StragglerWatch
@@ -43,7 +44,7 @@ DESYNC_HISTORY = 64
 # are this many, then whenever their number doubles.
 SWEEP_FIRST = 1024
 
-__all__ = ["InFlight", "Instance", "Model", "RankState"]
+__all__ = ["InFlight", "Instance", "Model", "RankState", "RankStatus"]
 
 
 @dataclass
@@ -51,7 +52,7 @@ class RankState:
     rank: int
     hello: Hello | None = None
     offset_ns: int = 0
-    status: str = "ok"  # ok | waiting | hung | dead | exited
+    status: RankStatus = RankStatus.OK  # what its events say: ok, or gone (dead | exited)
     inflight: dict[int, InFlight] = field(default_factory=dict)
     # Ids of recently ended ops: a start resent after a reconnect (or arriving in
     # the same flush as the resync) is recognised and not counted twice.
@@ -75,7 +76,7 @@ class RankState:
 
     @property
     def gone(self) -> bool:
-        return self.status in ("exited", "dead")
+        return self.status.gone
 
 
 class Model:
@@ -100,7 +101,7 @@ class Model:
         self.tracker = Tracker()
         self.pending: dict[tuple[str, int], Instance] = self.tracker.pending
         self.stragglers = StragglerWatch(self.thresholds.straggler_window)
-        self.desync_history: collections.OrderedDict[tuple, dict] = collections.OrderedDict()
+        self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
         self.events = 0
@@ -154,7 +155,7 @@ class Model:
             del self.marks[:-RECENT_MARKS]
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
-            r.status = "exited"
+            r.status = RankStatus.EXITED
             r.gone_reason = ev.reason
             r.gone_t = ev.t + r.offset_ns
 
@@ -165,9 +166,7 @@ class Model:
         return r
 
     def _hello(self, rank: int, h: Hello) -> None:
-        if self.job and h.job != self.job and self.ranks and all(
-            r.status in ("exited", "dead") for r in self.ranks.values()
-        ):
+        if self.job and h.job != self.job and self.ranks and all(r.gone for r in self.ranks.values()):
             # The previous job is over and a new one is saying hello: start afresh so
             # a long-running watcher shows one job at a time.
             self.reset()
@@ -182,8 +181,8 @@ class Model:
         r.hello = h
         r.offset_ns = h.wall_ns - h.mono_ns
         r.last_seen = max(r.last_seen, h.wall_ns)
-        if r.status in ("dead",):
-            r.status = "ok"
+        if r.status is RankStatus.DEAD:
+            r.status = RankStatus.OK
             r.gone_t = 0
         self.job = self.job or h.job
         self.world_size = max(self.world_size, h.world_size)
@@ -268,7 +267,7 @@ class Model:
         if d is not None:
             self._remember_desync(("p", pair.group, pair.src, pair.dst, pair.seq), d)
 
-    def _remember_desync(self, key: tuple, d: dict) -> None:
+    def _remember_desync(self, key: tuple, d: Diagnosis) -> None:
         self.desync_history[key] = d
         while len(self.desync_history) > DESYNC_HISTORY:
             self.desync_history.popitem(last=False)
@@ -298,7 +297,7 @@ class Model:
         r = self.ranks.get(rank)
         if r is None or not r.gone:
             return None
-        if r.status == "exited":
+        if r.status is RankStatus.EXITED:
             return f"it exited ({r.gone_reason or 'goodbye'})"
         why = r.gone_reason or "without a goodbye"
         if why.startswith("process "):  # "process ended without a goodbye"
@@ -326,8 +325,8 @@ class Model:
         clock) is when it was last known alive; by default its newest event, which the
         probe's 1 s heartbeat keeps recent."""
         r = self._rank(rank)
-        if r.status != "exited":
-            r.status = "dead"
+        if r.status is not RankStatus.EXITED:
+            r.status = RankStatus.DEAD
             r.gone_reason = reason
             r.gone_t = r.last_seen if t_ns is None else t_ns
 
@@ -339,18 +338,24 @@ class Model:
             return len(g.ranks)
         return 0
 
-    def rank_status(self, r: RankState, now: int, hung: set[int] | frozenset[int] = frozenset()) -> str:
-        """ok | waiting | hung | dead | exited. `hung` names ranks whose in-flight op is
-        part of a diagnosis (see `findings`); an op older than the threshold is hung
-        on its own."""
-        if r.status in ("exited", "dead"):
+    def rank_status(self, r: RankState, now: int, hung: set[int] | frozenset[int] = frozenset()) -> RankStatus:
+        """ok | waiting | hung | dead | exited (the summary's five). `hung` names ranks
+        whose in-flight op is part of a diagnosis (see `findings`); an op older than
+        the threshold is hung on its own."""
+        if r.gone:
             return r.status
         if r.inflight:
             if r.rank in hung:
-                return "hung"
+                return RankStatus.HUNG
             oldest = min(f.t_wall for f in r.inflight.values())
-            return "hung" if now - oldest >= self.hang_after_ns else "waiting"
-        return "ok"
+            return RankStatus.HUNG if now - oldest >= self.hang_after_ns else RankStatus.WAITING
+        return RankStatus.OK
+
+    def view_status(self, r: RankState, now: int, found: Findings) -> RankStatus:
+        """`rank_status`, and `missing` for a live rank the others wait for in one of
+        the findings (the dashboard's word for the rank to look at)."""
+        st = self.rank_status(r, now, found.hung)
+        return RankStatus.MISSING if r.rank in found.missing and not st.gone else st
 
     def current_op(self, r: RankState) -> InFlight | None:
         if not r.inflight:
@@ -392,11 +397,11 @@ class Model:
         return diagnose(self, self.last_t if now is None else now)
 
     def diagnoses(self, now: int | None = None) -> list[dict]:
-        """The `diagnoses` entries of the summary (DESIGN.md), computed at `now`."""
-        return self.findings(now).diagnoses
+        """The `diagnoses` entries of the summary (JSON), computed at `now`."""
+        return self.findings(now).to_json()
 
     def summary(self, now: int | None = None) -> dict:
-        """The `commviz summary --json` document (keys are a contract: DESIGN.md)."""
+        """The `commviz summary --json` document (keys are a contract: docs/ARCHITECTURE.md)."""
         now = self.last_t if now is None else now
         found = self.findings(now)
         ranks = []
@@ -409,7 +414,7 @@ class Model:
                     "host": h.host if h else "",
                     "pid": h.pid if h else 0,
                     "device": h.device if h else "",
-                    "status": self.rank_status(r, now, found.hung),
+                    "status": self.rank_status(r, now, found.hung).value,
                     "dropped": r.dropped,
                 }
             )
@@ -429,14 +434,15 @@ class Model:
             "ranks": ranks,
             "ops": self.op_rows(),
             "per_rank": per_rank,
-            "diagnoses": found.diagnoses,
+            "diagnoses": found.to_json(),
             "events": self.events,
             "decode_errors": self.decode_errors,
         }
 
-    def rank_rows(self, now: int) -> list[dict]:
-        """One row per rank for live tables."""
-        hung = self.findings(now).hung
+    def rank_rows(self, now: int, found: Findings | None = None) -> list[dict]:
+        """One row per rank for live tables (`found`: the findings at `now`, if the
+        caller has them already)."""
+        found = self.findings(now) if found is None else found
         rows = []
         for rank in sorted(self.ranks):
             r = self.ranks[rank]
@@ -449,7 +455,7 @@ class Model:
                     "host": h.host if h else "?",
                     "pid": h.pid if h else 0,
                     "device": h.device if h else "?",
-                    "status": self.rank_status(r, now, hung),
+                    "status": self.view_status(r, now, found),
                     "op": f"{cur.start.op}#{cur.start.seq}" if cur else "",
                     "op_group": cur.start.group if cur else "",
                     "in_op_s": (now - cur.t_wall) / 1e9 if cur else 0.0,

@@ -17,6 +17,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.text import ranks_phrase, secs
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import Instance
@@ -52,7 +53,7 @@ class StragglerWatch:
             dq = self.groups[inst.group] = collections.deque(maxlen=self.window)
         dq.append(Arrival(inst.seq, inst.op, last if t_last > t_prev else -1, t_last - t_prev, t_last, op_ns))
 
-    def find(self, th: Thresholds, members_of: dict[str, list[int]]) -> list[dict]:
+    def find(self, th: Thresholds, members_of: dict[str, list[int]]) -> list[Diagnosis]:
         out = []
         for group, dq in self.groups.items():
             d = _judge(group, list(dq), th, members_of.get(group, []))
@@ -71,7 +72,7 @@ def _median(xs: list[int]) -> int:
     return int(statistics.median(xs)) if xs else 0
 
 
-def _judge(group: str, arrivals: list[Arrival], th: Thresholds, members: list[int]) -> dict | None:
+def _judge(group: str, arrivals: list[Arrival], th: Thresholds, members: list[int]) -> Diagnosis | None:
     n = len(arrivals)
     if n < th.straggler_min_instances:
         return None
@@ -99,20 +100,17 @@ def _judge(group: str, arrivals: list[Arrival], th: Thresholds, members: list[in
         f"for it each time — "
         f"look at what rank {rank} does before {op}"
     )
-    return {
-        "kind": "straggler",
-        "group": group,
-        "seq": mine[-1].seq,
-        "op": op,
-        "waiting_ranks": others,
-        "missing_ranks": [],
-        "culprit_ranks": [rank],
-        "message": msg,
-        "details": {
+    return Diagnosis(
+        Kind.STRAGGLER, group, mine[-1].seq, op,
+        waiting_ranks=others,
+        missing_ranks=[],
+        culprit_ranks=[rank],
+        message=msg,
+        details={
             "last_count": c,
             "instances": n,
             "median_lateness_s": round(late / 1e9, 6),
             "median_op_s": round(op_ns / 1e9, 6),
             "median_interval_s": round(interval / 1e9, 6),
         },
-    }
+    )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from commviz import ops as opcat
 from commviz.events import OpStart
+from commviz.model.diagnosis import RankStatus
 from commviz.model.text import coll_label, p2p_label
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import InFlight, is_interrupt
@@ -116,7 +117,7 @@ class RankView:
         if not self.gone(rank):
             return False
         r = self.model.ranks[rank]
-        if r.status == "exited" and r.gone_reason == "exit":
+        if r.status is RankStatus.EXITED and r.gone_reason == "exit":
             # It said goodbye on a normal interpreter exit: it will not come back to a
             # collective it has not entered, whenever the others notice.
             return True

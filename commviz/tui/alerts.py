@@ -11,6 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from commviz.model.diagnosis import Diagnosis
 from commviz.report import render_diagnosis
 
 KIND_STYLE = {
@@ -26,13 +27,14 @@ KIND_STYLE = {
 ALERT_COLUMNS = [("kind", "alert"), ("where", "where"), ("message", "what to look at")]
 
 
-def alert_rows(diagnoses: list[dict], ranks: list[dict], decode_errors: int, last_decode_error: str) -> list[tuple[str, tuple, dict]]:
+def alert_rows(diagnoses: list[Diagnosis], ranks: list[dict], decode_errors: int,
+               last_decode_error: str) -> list[tuple[str, tuple, Diagnosis | dict]]:
     """(row key, cells, payload for the detail screen)."""
-    rows = []
+    rows: list[tuple[str, tuple, Diagnosis | dict]] = []
     for i, d in enumerate(diagnoses):
-        where = f"{d['op']} #{d['seq']} g{d['group']}" if d.get("op") else f"group {d.get('group', '?')}"
-        key = f"{d['kind']}:{d.get('group')}:{d.get('seq')}:{i}"
-        rows.append((key, (Text(d["kind"], style=KIND_STYLE.get(d["kind"], "")), where, d["message"]), d))
+        where = f"{d.op} #{d.seq} g{d.group}" if d.op else f"group {d.group}"
+        key = f"{d.kind}:{d.group}:{d.seq}:{i}"
+        rows.append((key, (Text(d.kind, style=KIND_STYLE.get(d.kind, "")), where, d.message), d))
     dropped = [r for r in ranks if r.get("dropped")]
     if dropped:
         total = sum(r["dropped"] for r in dropped)
@@ -52,9 +54,10 @@ class DiagnosisScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, diagnosis: dict) -> None:
+    def __init__(self, diagnosis: Diagnosis | dict) -> None:
         super().__init__()
-        self.diagnosis = diagnosis
+        # A diagnosis, or the probe's / the wire's own trouble ({"kind", "message"}).
+        self.diagnosis = diagnosis.to_json() if isinstance(diagnosis, Diagnosis) else diagnosis
 
     def compose(self) -> ComposeResult:
         d = self.diagnosis

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Static
 
+from commviz.model.diagnosis import RankStatus
 from commviz.tui.alerts import ALERT_COLUMNS, DiagnosisScreen
 from commviz.tui.feed import Feed, ReplayFeed
 from commviz.tui.fmt import format_bytes, format_count, format_gbps, format_seconds, format_us
@@ -155,7 +156,6 @@ def sync_table(table: DataTable, columns: list, rows: list[tuple[str, tuple]], s
 
 
 MAX_RANK_ROWS = 128  # beyond this the table shows the ranks worth a look (the flow view shows all)
-_STATUS_ORDER = {"dead": 0, "missing": 1, "hung": 2, "waiting": 3, "exited": 4, "ok": 5}
 
 
 def pick_rank_rows(rows: list[dict], focus: int | None, limit: int = MAX_RANK_ROWS) -> list[dict]:
@@ -163,7 +163,7 @@ def pick_rank_rows(rows: list[dict], focus: int | None, limit: int = MAX_RANK_RO
     waiting), then the lowest ranks; in rank order."""
     if len(rows) <= limit:
         return rows
-    ranked = sorted(rows, key=lambda r: (r["rank"] != focus, _STATUS_ORDER.get(r["status"], 9), r["rank"]))
+    ranked = sorted(rows, key=lambda r: (r["rank"] != focus, RankStatus(r["status"]).severity, r["rank"]))
     return sorted(ranked[:limit], key=lambda r: r["rank"])
 
 

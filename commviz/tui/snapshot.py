@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from commviz.model import flows as flowmod
+from commviz.model.diagnosis import Diagnosis
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
 from commviz.tui.alerts import alert_rows
 from commviz.tui.fmt import format_bps
@@ -18,8 +19,6 @@ from commviz.tui.widgets.links import Place
 
 SPARK_WIDTH = 120  # columns of history copied for the sparklines
 RECENT_EDGE_NS = 10_000_000_000
-# Diagnoses whose missing ranks are drawn as "missing" (what the others wait for).
-MISSING_KINDS = ("hang", "p2p_deadlock", "desync")
 
 
 @dataclass
@@ -29,7 +28,7 @@ class Snapshot:
     rank_rows: list[dict] = field(default_factory=list)
     op_rows: list[dict] = field(default_factory=list)
     alerts: list = field(default_factory=list)
-    diagnoses: list[dict] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
     flow: FlowData = field(default_factory=lambda: FlowData(nodes=[]))
     places: dict[int, Place] = field(default_factory=dict)
     rates: dict[tuple[int, int], EdgeRate] = field(default_factory=dict)
@@ -78,8 +77,9 @@ def model_info(m) -> dict:
 def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH) -> Snapshot:
     """Call with the feed's lock held."""
     snap = Snapshot(now=now, info=model_info(m))
-    rank_rows = m.rank_rows(now)
-    diagnoses = m.diagnoses(now)
+    found = m.findings(now)  # once per snapshot: the rows and the alerts share it
+    rank_rows = m.rank_rows(now, found)
+    diagnoses = found.diagnoses
     snap.rank_rows = rank_rows
     snap.op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
     snap.diagnoses = diagnoses
@@ -93,13 +93,10 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     if focus is not None:
         snap.tp_focus = tp.series(now, spark_width, rank=focus)
         snap.tp_focus_rate = tp.rate(now, rank=focus)
-    missing: set[int] = set()
     waits: list[tuple[int, int]] = []
     for d in diagnoses:
-        if d.get("kind") in MISSING_KINDS:
-            gone = d.get("missing_ranks") or ()
-            missing.update(gone)
-            waits += [(w, g) for w in d.get("waiting_ranks") or () for g in gone][:256]
+        if d.kind.names_missing:
+            waits += [(w, g) for w in d.waiting_ranks for g in d.missing_ranks][:256]
     fabric = fabric_label(topology)
     hosts: dict[str, str] = {}
     nodes = []
@@ -108,10 +105,7 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
         host = row["host"]
         gpu = gpu_index(r.hello, topology)
         snap.places[row["rank"]] = Place(host, gpu)
-        status = row["status"]
-        if row["rank"] in missing and status not in ("dead", "exited"):
-            status = row["status"] = "missing"  # the table says it too: the one others wait for
-        nodes.append(FlowNode(row["rank"], host, gpu, status, row["op"].partition("#")[0]))
+        nodes.append(FlowNode(row["rank"], host, gpu, row["status"], row["op"].partition("#")[0]))
         if fabric and gpu is not None:
             hosts[host] = fabric
         if r.sample:
@@ -122,11 +116,11 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     return snap
 
 
-def _banner(diagnoses: list[dict], rates: dict, tp_rate: tuple[float, float], nodes: list[FlowNode]) -> tuple[str, bool]:
+def _banner(diagnoses: list[Diagnosis], rates: dict, tp_rate: tuple[float, float], nodes: list[FlowNode]) -> tuple[str, bool]:
     if diagnoses:
         d = diagnoses[0]
         more = f"  (+{len(diagnoses) - 1} more in Alerts)" if len(diagnoses) > 1 else ""
-        return f"{d['kind'].upper()}: {d['message']}{more}", True
+        return f"{d.kind.upper()}: {d.message}{more}", True
     if rates:
         by_op: dict[str, float] = {}
         for r in rates.values():
