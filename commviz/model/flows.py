@@ -24,8 +24,9 @@ spread over the time it took: for a collective, from the last member's arrival â
 time before that was waiting, not moving). Memory is bounded: a few buckets of edges,
 and per-edge totals capped at `MAX_EDGES` (the least recently used go first).
 
-The model feeds this through `note_end` (one line in `Model._end`); readers get the
-state with `traffic(model)`. A `Model.reset()` (replay seeking) starts it afresh.
+The model owns one `Traffic` (`model.traffic`, made with it and again by `reset()`,
+e.g. when replay seeks) and feeds it plain facts as each op ends: who, what, how many
+bytes, when, and for a collective its group's members and the last member's arrival.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from commviz import ops as opcat
-from commviz.model.throughput import BUCKET_NS, Throughput
+from commviz.model.throughput import BUCKET_NS, Throughput, rate_window
 
 HUB = -1  # "every other member of the group" (large all_to_all)
 FANOUT_MAX = 32
@@ -225,17 +226,13 @@ class FlowModel:
     def rates(self, now_ns: int) -> dict[tuple[int, int], EdgeRate]:
         """Bytes/s per edge over the second before `now_ns` (edges that moved nothing
         in it are left out)."""
-        b = self.bucket_ns
-        k = max(1, round(1e9 / b))
-        e_now = now_ns // b
-        w_old = 1.0 - (now_ns - e_now * b) / b
-        span_s = k * b / 1e9
+        window, span_s = rate_window(now_ns, self.bucket_ns)
         acc: dict[tuple[int, int], list[float]] = {}
-        for e in range(e_now - k, e_now + 1):
+        for e, weight in window:
             bucket = self.buckets.get(e)
             if not bucket:
                 continue
-            w = (w_old if e == e_now - k else 1.0) / span_s
+            w = weight / span_s
             for key, (x, m) in bucket.items():
                 a = acc.get(key)
                 if a is None:
@@ -260,67 +257,43 @@ class FlowModel:
 class Traffic:
     """Flows and throughput of one model (one job, until the model resets)."""
 
-    def __init__(self, owner: object = None) -> None:
-        self.owner = owner  # the model's tracker: a reset replaces it, and this with it
+    def __init__(self) -> None:
         self.flows = FlowModel()
         self.throughput = Throughput()
-        # group -> (the GroupDef's ranks list, a copy, rank -> index in it)
-        self._members: dict[str, tuple[list[int], list[int], dict[int, int]]] = {}
-        self._arrivals: dict[tuple[str, int], tuple[int, int]] = {}  # (group, seq) -> (starts seen, last)
+        self._index: dict[int, tuple[list[int], dict[int, int]]] = {}  # id(members) -> (members, rank -> index)
 
-    def _group(self, model, group: str) -> tuple[list[int], dict[int, int]] | None:
-        g = model.groups.get(group)
-        if g is None:
-            return None
-        cached = self._members.get(group)
-        if cached is not None and cached[0] is g.ranks:
-            return cached[1], cached[2]
-        ranks = list(g.ranks)
-        index = {r: i for i, r in enumerate(ranks)}
-        self._members[group] = (g.ranks, ranks, index)
-        return ranks, index
+    def _position(self, members: list[int], rank: int) -> int | None:
+        """`rank`'s index in `members`, from an index built once per members list."""
+        got = self._index.get(id(members))
+        if got is None or got[0] is not members:
+            if len(self._index) >= 4096:
+                self._index.clear()
+            got = self._index[id(members)] = (members, {r: i for i, r in enumerate(members)})
+        return got[1].get(rank)
 
-    def _last_arrival(self, model, group: str, seq: int) -> int:
-        """Wall ns of the last member's start of the instance (0 when unknown); computed
-        once per instance and member count, so an instance costs O(n), not O(nÂ²)."""
-        inst = model.pending.get((group, seq))
-        if inst is None or not inst.starts:
-            return 0
-        key = (group, seq)
-        got = self._arrivals.get(key)
-        if got is not None and got[0] == len(inst.starts):
-            return got[1]
-        last = max(f.t_wall for f in inst.starts.values())
-        if len(self._arrivals) >= 4096:
-            self._arrivals.clear()
-        self._arrivals[key] = (len(inst.starts), last)
-        return last
-
-    def op_end(self, model, rank: int, start, end, nbytes: int, t0: int, t1: int) -> None:
+    def op_end(self, rank: int, op: str, nbytes: int, t0: int, t1: int, *, failed: bool = False,
+               peer: int = -1, root: int = -1, members: list[int] | None = None, arrived: int = 0) -> None:
+        """`rank` finished `op` moving `nbytes` between wall ns `t0` and `t1`. For a
+        collective: its group's `members` (global ranks, group order) and when the
+        last of them arrived (the time before that was waiting, not moving)."""
         tp = self.throughput
         tp.add_op(rank, t1 // tp.bucket_ns)
-        if end.error:
+        if failed:
             return
-        op = start.op
         pat = PATTERNS.get(op, NOTHING)
         if pat == NOTHING:
             return
         flows = self.flows
         if pat == SEND:
-            peer = end.peer if end.peer >= 0 else start.peer
             if peer >= 0 and peer != rank and nbytes > 0:
                 flows.credit(rank, peer, float(nbytes), EXACT, t0, t1, op, tp)
             return
-        grp = self._group(model, start.group)
-        if grp is None or nbytes <= 0:
+        if members is None or nbytes <= 0:
             return
-        members, index = grp
         n = len(members)
-        i = index.get(rank)
+        i = self._position(members, rank)
         if n < 2 or i is None:
             return
-        # The data moves once the last member has arrived; before that it waited.
-        arrived = self._last_arrival(model, start.group, start.seq)
         if t0 < arrived < t1:
             t0 = arrived
         if pat == RING_2:
@@ -328,19 +301,5 @@ class Traffic:
         elif pat == RING_1:
             flows.credit(rank, members[(i + 1) % n], (n - 1) / n * nbytes, MODELLED, t0, t1, op, tp)
         else:
-            for src, dst, v, kind in edge_bytes(op, nbytes, rank, members, root=start.root):
+            for src, dst, v, kind in edge_bytes(op, nbytes, rank, members, root=root):
                 flows.credit(src, dst, v, kind, t0, t1, op, tp)
-
-
-def traffic(model) -> Traffic:
-    """The model's `Traffic`, created on first use and again after `Model.reset()`."""
-    tr = model.__dict__.get("_traffic")
-    if tr is None or tr.owner is not model.tracker:
-        tr = Traffic(model.tracker)
-        model._traffic = tr
-    return tr
-
-
-def note_end(model, rank: int, start, end, nbytes: int, t0: int, t1: int) -> None:
-    """The hook `Model._end` calls for every op that ended (before it folds the op away)."""
-    traffic(model).op_end(model, rank, start, end, nbytes, t0, t1)

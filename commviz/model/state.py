@@ -25,9 +25,9 @@ from commviz.events import (
     Stack,
 )
 from commviz.model import desync as desync_mod
-from commviz.model import flows
 from commviz.model.diagnose import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, RankStatus
+from commviz.model.flows import Traffic
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
 from commviz.model.straggler import StragglerWatch
@@ -99,6 +99,7 @@ class Model:
         self.groups: dict[str, GroupDef] = {}
         self.stats: dict[tuple[str, str], OpStats] = {}
         self.tracker = Tracker()
+        self.traffic = Traffic()  # bytes per edge and throughput over time (model/flows.py)
         self.pending: dict[tuple[str, int], Instance] = self.tracker.pending
         self.stragglers = StragglerWatch(self.thresholds.straggler_window)
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
@@ -225,8 +226,6 @@ class Model:
             r.ended_ids.discard(r.ended_order.popleft())
         s = fl.start
         nbytes = e.bytes if e.bytes >= 0 else s.bytes
-        dur = e.t - s.t
-        err = bool(e.error)
         end_wall = e.t + r.offset_ns
         r.ops_done += 1
         r.bytes_done += nbytes
@@ -236,16 +235,21 @@ class Model:
         r.last_op = s.op
         r.last_op_end = end_wall
         r.last_start = s
-        flows.note_end(self, r.rank, s, e, nbytes, fl.t_wall, end_wall)  # edges and throughput (model/flows.py)
+        g = self.groups.get(s.group)
+        members = g.ranks if g is not None else None
         if opcat.is_p2p(s.op) or s.seq < 0:
-            self._stat(s.op, s.group).add(nbytes, dur, err)
+            peer = e.peer if e.peer >= 0 else s.peer
+            self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
+                                root=s.root, members=members)
+            self._stat(s.op, s.group).add(nbytes, e.t - s.t, bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
             if pair is not None:
                 self._note_p2p_desync(pair)
             return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
-        members = self.group_size(s.group)
-        if members and len(inst.ended) >= members:
+        self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
+                            members=members, arrived=inst.last_arrival)
+        if members and len(inst.ended) >= len(members):
             self._complete(inst)
 
     def _complete(self, inst: Instance, complete: bool = True) -> None:

@@ -19,6 +19,17 @@ SLOTS = 480  # totals: 2 minutes of history
 RANK_SLOTS = 240  # per rank: 1 minute
 
 
+def rate_window(now_ns: int, bucket_ns: int) -> tuple[list[tuple[int, float]], float]:
+    """The buckets that make up "the second before `now_ns`", each with its weight,
+    and the seconds they span: the current bucket counts in full, the oldest one by
+    the part of it inside the second. Flows and throughput both read rates this way."""
+    b = bucket_ns
+    k = max(1, round(1e9 / b))
+    e_now = now_ns // b
+    w_old = 1.0 - (now_ns - e_now * b) / b
+    return [(e, w_old if e == e_now - k else 1.0) for e in range(e_now - k, e_now + 1)], k * b / 1e9
+
+
 class _Ring:
     """Three series (tx bytes, rx bytes, ops) over a ring of buckets; a slot is valid
     only for the bucket number stamped on it, so nothing needs clearing as time passes."""
@@ -147,14 +158,9 @@ class Throughput:
         ring = self.total if rank is None else self.ranks.get(rank)
         if ring is None:
             return 0.0, 0.0
-        b = self.bucket_ns
-        k = max(1, round(1e9 / b))
-        e_now = now_ns // b
-        w_old = 1.0 - (now_ns - e_now * b) / b
+        window, span_s = rate_window(now_ns, self.bucket_ns)
         tx = ops = 0.0
-        for i, e in enumerate(range(e_now - k, e_now + 1)):
-            w = w_old if i == 0 else 1.0
+        for e, w in window:
             tx += w * ring.get("tx", e)
             ops += w * ring.get("ops", e)
-        span_s = k * b / 1e9
         return tx / span_s / 1e9, ops / span_s

@@ -46,6 +46,7 @@ class Instance:
     ended: set[int] = field(default_factory=set)
     starts: dict[int, InFlight] = field(default_factory=dict)  # rank -> what it entered with
     failed: dict[int, tuple[int, str]] = field(default_factory=dict)  # rank -> (end wall ns, error)
+    last_arrival: int = 0  # wall ns of the latest start: the data moves from then on
 
     def inside(self) -> list[int]:
         """Ranks that entered and have not left."""
@@ -105,7 +106,10 @@ class Tracker:
         inst = self.pending.get(key)
         if inst is None:
             inst = self.pending[key] = Instance(s.op, s.group, s.seq)
-        inst.starts.setdefault(rank, fl)
+        if rank not in inst.starts:
+            inst.starts[rank] = fl
+            if fl.t_wall > inst.last_arrival:
+                inst.last_arrival = fl.t_wall
         return inst
 
     def leave(self, rank: int, fl: InFlight, end_wall: int, nbytes: int, error: str) -> Instance:
@@ -170,6 +174,8 @@ class Tracker:
                 inst.failed.pop(rank, None)
                 if not inst.starts:
                     del self.pending[key]
+                else:
+                    inst.last_arrival = max(f.t_wall for f in inst.starts.values())
         for key, pair in list(self.pairs.items()):
             if pair.send is not None and pair.send.rank == rank:
                 pair.send = None

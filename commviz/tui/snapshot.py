@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from commviz.model import flows as flowmod
 from commviz.model.diagnosis import Diagnosis
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
 from commviz.tui.alerts import alert_rows
@@ -84,7 +83,7 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     snap.op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
     snap.diagnoses = diagnoses
     snap.alerts = alert_rows(diagnoses, rank_rows, m.decode_errors, m.last_decode_error)
-    tr = flowmod.traffic(m)
+    tr = m.traffic
     snap.rates = rates = tr.flows.rates(now)
     recent = tr.flows.recent_edges(now, RECENT_EDGE_NS)
     tp = tr.throughput

@@ -6,7 +6,7 @@ import pytest
 
 from commviz.events import GroupDef, OpEnd, OpStart
 from commviz.model import flows as fl
-from commviz.model.flows import EXACT, HUB, MODELLED, edge_bytes, traffic
+from commviz.model.flows import EXACT, HUB, MODELLED, edge_bytes
 from commviz.model.state import Model
 from commviz.model.throughput import Throughput
 
@@ -41,7 +41,7 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n_S_to_each_neighbour(n):
     S_ = 1 << 20
     m = model_with(n)
     collective(m, range(n), "all_reduce", 0, S_, T0)
-    f = traffic(m).flows
+    f = m.traffic.flows
     want = 2 * (n - 1) / n * S_
     for r in range(n):
         nxt = (r + 1) % n
@@ -53,7 +53,7 @@ def test_ring_all_reduce_moves_2_n_minus_1_over_n_S_to_each_neighbour(n):
 def test_ring_follows_group_order_and_subgroups():
     m = model_with(4, gid="g", ranks=[3, 1, 2])  # a subgroup, in its own order
     collective(m, [3, 1, 2], "reduce_scatter_tensor", 0, 300, T0, gid="g")
-    f = traffic(m).flows
+    f = m.traffic.flows
     assert sorted(f.edges) == [(1, 2), (2, 3), (3, 1)]
     assert f.total(3, 1) == (0.0, pytest.approx(200.0))  # (n-1)/n * S
 
@@ -64,7 +64,7 @@ def test_send_recv_are_exact_and_counted_once():
     m.ingest(1, OpStart(10, T0, "recv", "0", 0, 4096, peer=0))
     m.ingest(1, OpEnd(10, T0 + MS))
     m.ingest(0, OpEnd(10, T0 + MS))
-    f = traffic(m).flows
+    f = m.traffic.flows
     assert f.total(0, 1) == (4096.0, 0.0)
     assert (1, 0) not in f.edges
     rates = f.rates(T0 + MS)
@@ -75,8 +75,8 @@ def test_recv_from_any_source_and_failed_ops():
     m = model_with(3)
     m.ingest(2, OpStart(1, T0, "isend", "0", 0, 100, peer=0))
     m.ingest(2, OpEnd(1, T0 + MS, error="RuntimeError: peer gone"))
-    assert traffic(m).flows.edges == {}  # a failed op moved nothing we can count
-    assert traffic(m).throughput.rate(T0 + MS)[1] == pytest.approx(1.0)  # but it was an op
+    assert m.traffic.flows.edges == {}  # a failed op moved nothing we can count
+    assert m.traffic.throughput.rate(T0 + MS)[1] == pytest.approx(1.0)  # but it was an op
 
 
 def test_rules_for_rooted_and_all_to_all():
@@ -100,7 +100,7 @@ def test_rules_for_rooted_and_all_to_all():
 def test_broadcast_in_the_model_credits_root_to_each():
     m = model_with(4)
     collective(m, range(4), "broadcast", 0, 1000, T0, root=2)
-    f = traffic(m).flows
+    f = m.traffic.flows
     assert sorted(f.edges) == [(2, 0), (2, 1), (2, 3)]
     assert all(f.total(*k) == (0.0, 1000.0) for k in f.edges)
 
@@ -110,13 +110,13 @@ def test_rates_are_bytes_per_second_over_the_last_second_and_fall_to_zero():
     # 10 all_reduces of 1 MB, one every 100 ms: 2(n-1)/n = 1 -> 1 MB per op per edge.
     for i in range(10):
         collective(m, (0, 1), "all_reduce", i, 1_000_000, T0 + i * 100 * MS, dur=MS)
-    f = traffic(m).flows
+    f = m.traffic.flows
     now = T0 + 1000 * MS
     r = f.rates(now)
     assert r[(0, 1)].modelled_Bps == pytest.approx(10e6, rel=0.05)
     assert r[(0, 1)].op == "all_reduce" and r[(0, 1)].modelled
     assert f.rates(now + 3 * S) == {}  # a quiet (or hung) job shows nothing moving
-    gbps, ops = traffic(m).throughput.rate(now)
+    gbps, ops = m.traffic.throughput.rate(now)
     assert gbps == pytest.approx(0.02, rel=0.05)  # both edges, 10 MB/s each
     assert ops == pytest.approx(20, rel=0.05)  # 10 ops on each of 2 ranks
 
@@ -128,24 +128,24 @@ def test_a_long_wait_is_not_counted_as_transfer_time():
     m.ingest(1, OpStart(0, T0 + 5 * S, "all_reduce", "0", 0, 1_000_000))
     m.ingest(0, OpEnd(0, T0 + 5 * S + MS))
     m.ingest(1, OpEnd(0, T0 + 5 * S + MS))
-    r = traffic(m).flows.rates(T0 + 5 * S + 2 * MS)
+    r = m.traffic.flows.rates(T0 + 5 * S + 2 * MS)
     assert r[(0, 1)].modelled_Bps == pytest.approx(1e6)  # all of it inside the last second
 
 
 def test_long_transfer_is_spread_over_its_duration():
     m = model_with(2)
     collective(m, (0, 1), "all_reduce", 0, 4_000_000, T0, dur=4 * S)
-    r = traffic(m).flows.rates(T0 + 4 * S)
+    r = m.traffic.flows.rates(T0 + 4 * S)
     assert r[(0, 1)].modelled_Bps == pytest.approx(1e6, rel=0.01)  # 4 MB over 4 s
 
 
 def test_reset_starts_afresh():
     m = model_with(2)
     collective(m, (0, 1), "all_reduce", 0, 100, T0)
-    tr = traffic(m)
+    tr = m.traffic
     assert tr.flows.edges
     m.reset()
-    assert traffic(m) is not tr and not traffic(m).flows.edges
+    assert m.traffic is not tr and not m.traffic.flows.edges
 
 
 def test_memory_is_bounded(monkeypatch):
@@ -168,7 +168,7 @@ def test_throughput_series_per_rank_and_total():
     m = model_with(4)
     for i in range(4):
         collective(m, range(4), "all_gather_into_tensor", i, 4_000_000, T0 + i * 250 * MS, dur=MS)
-    tp = traffic(m).throughput
+    tp = m.traffic.throughput
     now = T0 + 1000 * MS
     tot = tp.series(now, 8)
     assert len(tot["gbps"]) == 8 and tot["gbps"][-1] == 0.0
