@@ -75,9 +75,7 @@ def cmd_summary(args) -> int:
     except (TraceError, OSError) as exc:
         return _die(str(exc))
     model = Model(hang_after_s=args.hang_after)
-    for b in loaded.batches:
-        model.ingest_batch(b)
-    _mark_unfinished(model, loaded)
+    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems
@@ -86,14 +84,6 @@ def cmd_summary(args) -> int:
     else:
         print(render_summary(s, loaded.problems))
     return 0
-
-
-def _mark_unfinished(model, loaded) -> None:
-    """A rank whose trace ends without a goodbye did not exit cleanly."""
-    for rank, r in model.ranks.items():
-        if not r.gone:
-            why = "trace cut off" if loaded.truncated else "no goodbye in the trace (killed?)"
-            model.mark_gone(rank, why)
 
 
 # ----------------------------------------------------------------- record
@@ -305,12 +295,15 @@ def _load_noting(path):
 
 
 def cmd_export(args) -> int:
+    from commviz.model import Model
     from commviz.trace.perfetto import to_chrome_trace
 
     loaded = _load_noting(args.path)
     if loaded is None:
         return 2
-    doc = to_chrome_trace(loaded.batches)
+    model = Model(keep_ops=True)
+    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
+    doc = to_chrome_trace(model)
     with open(args.perfetto, "w") as f:
         json.dump(doc, f)
     n = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
@@ -334,7 +327,7 @@ def cmd_replay(args) -> int:
         return 2
     if not loaded.batches:
         return _die(f"{args.path}: no events to replay")
-    feed = ReplayFeed(loaded.batches)
+    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated)
     feed.set_speed(args.speed)
     return _run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
 

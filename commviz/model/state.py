@@ -25,6 +25,7 @@ from commviz.events import (
     Stack,
 )
 from commviz.model import desync as desync_mod
+from commviz.model.clock import offset_ns, order_events
 from commviz.model.diagnose import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, RankStatus
 from commviz.model.flows import Traffic
@@ -45,6 +46,18 @@ DESYNC_HISTORY = 64
 SWEEP_FIRST = 1024
 
 __all__ = ["InFlight", "Instance", "Model", "RankState", "RankStatus"]
+
+
+@dataclass(frozen=True)
+class PairedOp:
+    """One op of one rank, start and end paired (end None: it never ended), on the
+    wall clock. Kept only by a model made with `keep_ops=True` (export)."""
+
+    rank: int
+    start: OpStart
+    t0: int
+    end: OpEnd | None = None
+    t1: int = 0
 
 
 @dataclass
@@ -83,10 +96,14 @@ class Model:
     """Fed events (`ingest`) and asked questions (`summary`, `diagnoses`, `rank_rows`).
 
     `hang_after_s` is the hang threshold; `thresholds`, when given, sets every knob of
-    the diagnoses (its `hang_after_s` wins over the argument)."""
+    the diagnoses (its `hang_after_s` wins over the argument). `keep_ops` keeps every
+    paired op and every mark (`paired_ops`, `marks`) for an exporter; live watching
+    leaves it off so memory stays bounded."""
 
-    def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None) -> None:
+    def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None,
+                 keep_ops: bool = False) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
+        self.keep_ops = keep_ops
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -105,6 +122,7 @@ class Model:
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
+        self.done_ops: list[PairedOp] = []  # with keep_ops
         self.events = 0
         self.orphan_ends = 0
         self.duplicates = 0
@@ -153,12 +171,28 @@ class Model:
             r.sample.update(ev.values)
         elif isinstance(ev, Mark):
             self.marks.append((ev.t + r.offset_ns, rank, ev.text))
-            del self.marks[:-RECENT_MARKS]
+            if not self.keep_ops:
+                del self.marks[:-RECENT_MARKS]
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
             r.gone_reason = ev.reason
             r.gone_t = ev.t + r.offset_ns
+
+    def ingest_trace(self, batches: list[Batch], cut_off: bool = False) -> None:
+        """A whole trace, in the one order every reader uses (`clock.order_events`),
+        then `end_of_trace`."""
+        for _, rank, ev in order_events(batches):
+            self.ingest(rank, ev)
+        self.end_of_trace(cut_off)
+
+    def end_of_trace(self, cut_off: bool = False) -> None:
+        """The trace is over: a rank that did not say goodbye did not exit cleanly
+        (killed, crashed, or the file was `cut_off` before its goodbye)."""
+        why = "trace cut off" if cut_off else "no goodbye in the trace (killed?)"
+        for rank, r in self.ranks.items():
+            if not r.gone:
+                self.mark_gone(rank, why)
 
     def _rank(self, rank: int) -> RankState:
         r = self.ranks.get(rank)
@@ -180,7 +214,7 @@ class Model:
             r = self.ranks[rank] = RankState(rank)
             self.tracker.forget_rank(rank)
         r.hello = h
-        r.offset_ns = h.wall_ns - h.mono_ns
+        r.offset_ns = offset_ns(h)
         r.last_seen = max(r.last_seen, h.wall_ns)
         if r.status is RankStatus.DEAD:
             r.status = RankStatus.OK
@@ -235,6 +269,8 @@ class Model:
         r.last_op = s.op
         r.last_op_end = end_wall
         r.last_start = s
+        if self.keep_ops:
+            self.done_ops.append(PairedOp(r.rank, s, fl.t_wall, e, end_wall))
         g = self.groups.get(s.group)
         members = g.ranks if g is not None else None
         if opcat.is_p2p(s.op) or s.seq < 0:
@@ -360,6 +396,15 @@ class Model:
         the findings (the dashboard's word for the rank to look at)."""
         st = self.rank_status(r, now, found.hung)
         return RankStatus.MISSING if r.rank in found.missing and not st.gone else st
+
+    def paired_ops(self) -> list[PairedOp]:
+        """Every op kept (`keep_ops`), finished or not, by rank then start time; an
+        unfinished one has no end and runs to the newest time in the model."""
+        out = list(self.done_ops)
+        for r in self.ranks.values():
+            out += [PairedOp(r.rank, f.start, f.t_wall, None, self.last_t) for f in r.inflight.values()]
+        out.sort(key=lambda p: (p.rank, p.t0))
+        return out
 
     def current_op(self, r: RankState) -> InFlight | None:
         if not r.inflight:

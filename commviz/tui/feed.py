@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Iterable, Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
-from commviz.events import Batch, Event, Hello, OpEnd, OpStart
+from commviz.events import Batch, Event, OpEnd, OpStart
+from commviz.model.clock import order_events
 from commviz.model.state import Model
 
 MIN_SPEED = 0.25
@@ -36,59 +37,6 @@ class Feed(Protocol):
         ...
 
 
-def order_events(batches: Iterable[Batch]) -> list[tuple[int, int, Event]]:
-    """All events of all batches as (trace wall ns, rank, event), sorted by time (stable).
-
-    A timed event's trace time is `t` plus its rank's Hello offset (wall_ns - mono_ns);
-    a Hello's own time is its wall_ns. Events without `t` (GroupDef) take the time of the
-    event before them from the same rank (or the next one, if they come first), so they
-    are applied as soon as they are reached. Each rank's times are made non-decreasing,
-    so a rank's events are always applied in the order the rank sent them, even if its
-    clock offset moved between two hellos.
-    """
-    batches = list(batches)
-    offset: dict[int, int] = {}
-    # Events sent before a rank's first Hello (unusual) still use that Hello's offset.
-    for b in batches:
-        for ev in b.events:
-            if isinstance(ev, Hello) and b.rank not in offset:
-                offset[b.rank] = ev.wall_ns - ev.mono_ns
-    items: list[list] = []
-    last: dict[int, int] = {}
-    waiting: dict[int, list[int]] = {}  # rank -> indices of untimed events seeking a time
-    for b in batches:
-        r = b.rank
-        for ev in b.events:
-            if isinstance(ev, Hello):
-                offset[r] = ev.wall_ns - ev.mono_ns
-                t = ev.wall_ns
-            else:
-                raw = getattr(ev, "t", None)
-                t = None if raw is None else raw + offset.get(r, 0)
-            prev = last.get(r)
-            if t is None:
-                t = prev
-            elif prev is not None and t < prev:
-                t = prev
-            if t is None:
-                waiting.setdefault(r, []).append(len(items))
-                items.append([None, r, ev])
-                continue
-            for j in waiting.pop(r, ()):
-                items[j][0] = t
-            last[r] = t
-            items.append([t, r, ev])
-    if waiting:
-        # Ranks that sent only untimed events: apply them at the very start.
-        known = [it[0] for it in items if it[0] is not None]
-        t0 = min(known) if known else 0
-        for idx in waiting.values():
-            for j in idx:
-                items[j][0] = t0
-    items.sort(key=lambda it: it[0])
-    return [(t, r, ev) for t, r, ev in items]
-
-
 class ReplayFeed:
     """Replays a recorded trace into its own Model, at a speed, with pause/step/seek.
 
@@ -108,6 +56,7 @@ class ReplayFeed:
         paused: bool = False,
         name: str = "trace",
         model: Model | None = None,
+        cut_off: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         self.model = model if model is not None else Model()
@@ -122,6 +71,8 @@ class ReplayFeed:
         self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
         self._paused = paused
         self._anchor = clock()
+        self._cut_off = cut_off  # the file ended mid-frame: said at the end of the trace
+        self._ended = False  # the model has been told the trace is over
 
     # ----------------------------------------------------------------- Feed
 
@@ -218,6 +169,7 @@ class ReplayFeed:
                 self._i += 1
                 if t > self._pos:
                     self._pos = t
+                self._end_of_trace()
                 if isinstance(ev, (OpStart, OpEnd)):
                     return ev
         return None
@@ -229,6 +181,7 @@ class ReplayFeed:
         self._anchor = self._clock()
         with self.lock:
             self.model.reset()
+            self._ended = False
             self._i = 0
             self._pos = target
             self._apply_locked(target)
@@ -260,3 +213,11 @@ class ReplayFeed:
             model.ingest(rank, ev)
             i += 1
         self._i = i
+        self._end_of_trace()
+
+    def _end_of_trace(self) -> None:
+        """Once the last event is in, the model applies the end-of-trace rule that
+        `summary` applies (ranks without a goodbye are gone), so both say the same."""
+        if self.done and not self._ended:
+            self._ended = True
+            self.model.end_of_trace(self._cut_off)

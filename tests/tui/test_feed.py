@@ -169,12 +169,15 @@ def test_full_replay_matches_direct_ingest_exactly():
     direct = Model()
     for b in batches:
         direct.ingest_batch(b)
+    direct.end_of_trace()  # the rule replay applies once its last event is in
     now = feed.now_ns()
     assert feed.model.summary(now) == direct.summary(now)
     assert feed.model.rank_rows(now) == direct.rank_rows(now)
     s = feed.model.summary(now)
     assert s["world_size"] == 2 and s["backend"] == "gloo"
-    assert [r["status"] for r in s["ranks"]] == ["ok", "ok"]
+    # No goodbye in this trace: at its end both ranks count as killed, as `summary` says.
+    assert [r["status"] for r in s["ranks"]] == ["dead", "dead"]
+    assert feed.model.ranks[0].gone_reason == "no goodbye in the trace (killed?)"
     (op,) = s["ops"]
     assert (op["op"], op["group"], op["count"], op["bytes"]) == ("all_reduce", "g0", 3, 3 * 4096)
     # Instance time is the shortest rank-side duration: rank 1 arrived last (3 ms).
