@@ -174,7 +174,7 @@ def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir):
 
 
 def test_non_loopback_listen_makes_up_a_token_and_says_how_to_use_it(monkeypatch, capsys):
-    from commviz.cli import _token
+    from commviz.commands._live import token as _token
 
     import os
 

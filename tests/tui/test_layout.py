@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from commviz.cli import _dashboard_topology
+from commviz.commands._dashboard import dashboard_topology as _dashboard_topology
 from commviz.topo.fake import FixtureError
 from commviz.tui.widgets.flow import rate_level, spacing_for
 from commviz.tui.widgets.layout import LEFT, RIGHT, NodeSpec, line_cells, make_layout

@@ -1,0 +1,21 @@
+"""The `commviz` commands, one module each; `COMMANDS` is the registry `commviz.cli`
+builds its parser and dispatch from (in the order `--help` lists them)."""
+
+from __future__ import annotations
+
+from commviz.commands import demo, export, nvml_dump, record, replay, summary, topo, watch
+from commviz.commands.base import Command
+
+COMMANDS: list[Command] = [
+    watch.COMMAND,
+    record.COMMAND,
+    replay.COMMAND,
+    summary.COMMAND,
+    export.COMMAND,
+    demo.COMMAND,
+    topo.COMMAND,
+    nvml_dump.COMMAND,
+]
+BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
+
+__all__ = ["BY_NAME", "COMMANDS", "Command"]

@@ -1,0 +1,53 @@
+"""What `watch`, `record` and `demo` share: where to listen, who may connect, and the
+live feed (transport → model) that the dashboard or the summary reads."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+from commviz.errors import CommvizError
+from commviz.transport.address import AddressError, default_addr, is_loopback, private_dir
+
+
+def listen_addr(listen: str | None, private_name: str | None = None) -> str:
+    """`--listen` if given; else a private per-run socket for a job we launch, else
+    the per-user default socket (its directory created and checked)."""
+    if listen:
+        return listen
+    if private_name:
+        return f"ipc://{os.path.join(private_dir(), private_name)}"
+    private_dir()
+    return default_addr()
+
+
+def token(addr: str) -> str | None:
+    """A listener other machines can reach only admits ranks holding a shared token
+    (COMMVIZ_TOKEN, made up here if unset; a launched job inherits it)."""
+    if is_loopback(addr):
+        return os.environ.get("COMMVIZ_TOKEN") or None
+    tok = os.environ.get("COMMVIZ_TOKEN")
+    if not tok:
+        import secrets
+
+        tok = os.environ["COMMVIZ_TOKEN"] = secrets.token_urlsafe(18)
+        print(f"commviz: {addr} is reachable from other machines; ranks must set\n"
+              f"  export COMMVIZ_TOKEN={tok}", file=sys.stderr)
+    return tok
+
+
+def open_feed(listen: str | None, private_name: str | None, record_to: str | None, hang_after_s: float,
+              with_rings: bool):
+    """A started `LiveFeed`, and the directory our launched job's crash rings go to
+    (`with_rings`; None otherwise). Raises CommvizError when it cannot listen."""
+    from commviz.watcher import LiveFeed
+
+    try:
+        addr = listen_addr(listen, private_name)
+        ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir()) if with_rings else None
+        feed = LiveFeed(addr, record_to=record_to, hang_after_s=hang_after_s, ring_dir=ring_dir,
+                        token=token(addr)).start()
+    except (AddressError, OSError) as exc:
+        raise CommvizError(str(exc)) from exc
+    return feed, ring_dir

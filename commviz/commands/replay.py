@@ -1,0 +1,31 @@
+"""`commviz replay FILE_OR_DIR`: the dashboard on a recorded trace."""
+
+from __future__ import annotations
+
+import os
+
+from commviz.commands._dashboard import run_app, topology_option
+from commviz.commands._trace import load_trace
+from commviz.commands.base import TOPOLOGY_HELP, Command
+from commviz.errors import CommvizError
+
+
+def add_arguments(p) -> None:
+    p.add_argument("path", metavar="FILE_OR_DIR")
+    p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)")
+    p.add_argument("--topology", metavar="PRESET", help=TOPOLOGY_HELP)
+
+
+def run(args, cmd: list[str]) -> int:
+    from commviz.tui.feed import ReplayFeed
+
+    topology = topology_option(args.topology)
+    loaded = load_trace(args.path)
+    if not loaded.batches:
+        raise CommvizError(f"{args.path}: no events to replay")
+    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated)
+    feed.set_speed(args.speed)
+    return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
+
+
+COMMAND = Command("replay", "dashboard on a recorded trace", add_arguments, run)

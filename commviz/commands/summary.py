@@ -1,0 +1,35 @@
+"""`commviz summary FILE_OR_DIR [--json]`: the per-op table and the diagnoses of a trace."""
+
+from __future__ import annotations
+
+import json
+
+from commviz.commands._trace import load_trace
+from commviz.commands.base import JSON_HELP, Command
+
+
+def add_arguments(p) -> None:
+    p.add_argument("path", metavar="FILE_OR_DIR")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
+    p.add_argument("--hang-after", type=float, default=1.0, metavar="S",
+                   help="ops still waiting this long at the end of the trace count as a hang (default 1)")
+
+
+def run(args, cmd: list[str]) -> int:
+    from commviz.model import Model
+    from commviz.report import render_summary
+
+    loaded = load_trace(args.path, note=False)  # problems go into the summary itself
+    model = Model(hang_after_s=args.hang_after)
+    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
+    s = model.summary()
+    if loaded.problems:
+        s["problems"] = loaded.problems
+    if args.json:
+        print(json.dumps(s, indent=2))
+    else:
+        print(render_summary(s, loaded.problems))
+    return 0
+
+
+COMMAND = Command("summary", "per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR", add_arguments, run)
