@@ -1,31 +1,36 @@
 """The dashboard: status line, alerts, the flow view in the centre with throughput
 sparklines under it and the links panel beside it, ranks and ops tables below.
 
-The app only reads, on two clocks. The data clock (`refresh_hz`, 4/s) calls
+The app only reads, on two clocks. The data clock (`refresh_hz`, 4/s) asks the
+update thread (tui/update.py) for a snapshot: off the UI thread it calls
 `feed.advance()`, takes a `Snapshot` of the model under `feed.lock` (plain reads and
-small copies), releases the lock, then updates the widgets (tables in place, by row
-key, so the cursor stays where the user put it). The animation clock (`anim_hz`) only
-moves the flow view's packets: no lock, no model. Ingest therefore never waits for
-drawing, and drawing never waits for ingest beyond one snapshot copy.
+small copies, the diagnoses once), releases the lock and posts it; the app hands it
+to the widgets (the tables own their rows and update them in place, by row key, so
+the cursor stays where the user put it). A key press (focus, pause, replay controls)
+refreshes at once, on the UI thread. The animation clock (`anim_hz`) only moves the
+flow view's packets: no lock, no model. Ingest therefore never waits for drawing,
+and drawing never waits for ingest or for a snapshot.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Static
 
-from commviz.model.diagnosis import RankStatus
-from commviz.tui.alerts import ALERT_COLUMNS, DiagnosisScreen
+from commviz.tui.alerts import DiagnosisScreen
 from commviz.tui.feed import Feed, ReplayFeed
-from commviz.tui.fmt import format_bytes, format_count, format_gbps, format_seconds, format_us
-from commviz.tui.snapshot import Snapshot, model_info, take_snapshot
+from commviz.tui.fmt import format_count, format_seconds
+from commviz.tui.snapshot import Fetched, Snapshot, fetch
+from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
-from commviz.tui.widgets.links import LINK_COLUMNS, link_rows
+from commviz.tui.widgets.tables import AlertsTable, LinksTable, OpsTable, RanksTable
 from commviz.tui.widgets.throughput import ThroughputPanel
 
 LIVE_HINT = (
@@ -39,140 +44,6 @@ REPLAY_HINT = (
     "No rank has said hello yet at this point of the trace.\n\n"
     "Press space to play, n to step, ] to seek forward."
 )
-
-STATUS_STYLE = {
-    "ok": "green",
-    "waiting": "yellow",
-    "hung": "bold red",
-    "missing": "bold reverse red",
-    "dead": "bold red",
-    "exited": "dim",
-}
-
-# (key, label, right-aligned). Most telling columns first so an 80-column terminal
-# shows them; host and device are last (scroll right for them when narrow).
-RANK_COLUMNS = [
-    ("rank", "rank", True),
-    ("status", "status", False),
-    ("op", "current op", False),
-    ("in_op", "in op", True),
-    ("ops_done", "ops", True),
-    ("bytes", "bytes", True),
-    ("cpu", "cpu%", True),
-    ("rss", "rss", True),
-    ("seen", "seen", True),
-    ("dropped", "drop", True),
-    ("device", "device", False),
-    ("host", "host", False),
-]
-OP_COLUMNS = [
-    ("op", "op", False),
-    ("group", "group", False),
-    ("count", "count", True),
-    ("bytes", "bytes", True),
-    ("p50", "p50 µs", True),
-    ("p99", "p99 µs", True),
-    ("algbw", "algbw", True),
-    ("busbw", "busbw", True),
-]
-
-
-def _r(s: str, style: str = "") -> Text:
-    return Text(s, style=style, justify="right")
-
-
-def rank_cells(row: dict) -> tuple:
-    """One rank-table row from a `Model.rank_rows()` dict."""
-    status = row["status"]
-    in_op = ""
-    if row["op"]:
-        style = "red" if status == "hung" else ("yellow" if row["in_op_s"] >= 1 else "")
-        in_op = _r(format_seconds(row["in_op_s"]), style)
-    seen_s = row["last_seen_s"]
-    seen_style = "dim" if seen_s is not None and seen_s < 2 else ("yellow" if status != "exited" else "dim")
-    dropped = row["dropped"]
-    return (
-        _r(str(row["rank"]), "bold"),
-        Text(status, style=STATUS_STYLE.get(status, "")),
-        # Idle ranks show their last op, dimmed, so a glance still says what they did.
-        Text(row["op"], style="bold" if status == "hung" else "")
-        if row["op"]
-        else Text(row["last_op"], style="dim"),
-        in_op or _r(""),
-        _r(format_count(row["ops_done"])),
-        _r(format_bytes(row["bytes"])),
-        # the rank process itself, when it runs on the watcher's host (psutil)
-        _r(f"{row['cpu']:.0f}" if row.get("cpu") is not None else "", "dim"),
-        _r(format_bytes(row["rss"]) if row.get("rss") is not None else "", "dim"),
-        _r(format_seconds(seen_s), seen_style),
-        _r(str(dropped), "bold red" if dropped else "dim"),
-        Text(row["device"]),
-        Text(row["host"]),
-    )
-
-
-def op_cells(row: dict) -> tuple:
-    """One op-table row from a summary `ops` entry."""
-    errors = row.get("errors", 0)
-    count = format_count(row["count"]) + (f" ({errors} err)" if errors else "")
-    return (
-        row["op"],
-        row["group"],
-        _r(count, "red" if errors else ""),
-        _r(format_bytes(row["bytes"])),
-        _r(format_us(row["p50_us"])),
-        _r(format_us(row["p99_us"])),
-        _r(format_gbps(row["algbw_gbps"])),
-        _r(format_gbps(row["busbw_gbps"]), "bold"),
-    )
-
-
-def _cell_width(value) -> int:
-    return value.cell_len if isinstance(value, Text) else len(str(value))
-
-
-def sync_table(table: DataTable, columns: list, rows: list[tuple[str, tuple]], sort) -> None:
-    """Make `table` show `rows` (key, cells) in place: update changed cells, add new
-    rows, drop vanished ones; re-sort only when rows were added. Columns grow to fit
-    and never shrink (shrinking makes DataTable measure the whole column again)."""
-    want = {key for key, _ in rows}
-    for key in [k for k in table.rows if k.value not in want]:
-        table.remove_row(key)
-    col_keys = [c[0] for c in columns]
-    cols = [table.columns.get(k) for k in table.columns]
-    added = False
-    for key, cells in rows:
-        if key in table.rows:
-            old = table.get_row(key)
-            for ck, col, new, cur in zip(col_keys, cols, cells, old):
-                if new != cur:
-                    grow = col is not None and _cell_width(new) > col.content_width
-                    table.update_cell(key, ck, new, update_width=grow)
-        else:
-            table.add_row(*cells, key=key)
-            added = True
-    if added and table.row_count > 1:
-        sort(table)
-
-
-MAX_RANK_ROWS = 128  # beyond this the table shows the ranks worth a look (the flow view shows all)
-
-
-def pick_rank_rows(rows: list[dict], focus: int | None, limit: int = MAX_RANK_ROWS) -> list[dict]:
-    """At most `limit` rows: the focused rank, then trouble (dead, missing, hung,
-    waiting), then the lowest ranks; in rank order."""
-    if len(rows) <= limit:
-        return rows
-    ranked = sorted(rows, key=lambda r: (r["rank"] != focus, RankStatus(r["status"]).severity, r["rank"]))
-    return sorted(ranked[:limit], key=lambda r: r["rank"])
-
-
-def _sort_ranks(table: DataTable) -> None:
-    table.sort("rank", key=lambda cell: int(cell.plain))
-
-
-def _sort_ops(table: DataTable) -> None:
-    table.sort("group", "op")
 
 
 class WatchApp(App):
@@ -203,6 +74,9 @@ class WatchApp(App):
 
     REPLAY_ACTIONS = {"play_pause", "step", "slower", "faster", "seek"}
 
+    focus_rank: reactive[int | None] = reactive(None, init=False)  # one rank's traffic and history
+    frozen: reactive[bool] = reactive(False, init=False)  # the view is paused (p)
+
     def __init__(self, feed: Feed, title: str = "commviz", refresh_hz: float = 4, anim_hz: float = 20,
                  topology=None, clock=None, animate: bool = True, t_anim: float = 0.0,
                  table_every: int = 2) -> None:
@@ -217,15 +91,16 @@ class WatchApp(App):
         self._clock = clock or time.monotonic
         self._animate = animate
         self._t_anim0 = t_anim
-        self.frozen = False
         self._force_tables = False
-        self.focus_rank: int | None = None
         self.ticks = 0
         self.table_every = max(1, table_every)  # tables repaint on every n-th data tick (DataTable repaints whole)
         self.snapshot: Snapshot | None = None
-        self.lock_wait_s = 0.0  # time spent waiting for / holding the feed's lock, last tick
+        self.lock_wait_s = 0.0  # time spent waiting for / holding the feed's lock, last snapshot
         self.lock_hold_s = 0.0
         self._ev_hist: list[tuple[float, int]] = []
+        self._numbers = itertools.count(1)  # every snapshot asked for, in order
+        self._drawn = 0  # the number of the snapshot on screen
+        self._updater: UpdateThread | None = None
 
     @property
     def replay(self) -> ReplayFeed | None:
@@ -236,10 +111,7 @@ class WatchApp(App):
     def compose(self) -> ComposeResult:
         yield Header()
         yield Static(id="status")
-        alerts = DataTable(id="alerts", cursor_type="row")
-        alerts.border_title = "Alerts"
-        alerts.border_subtitle = "enter: details"
-        yield alerts
+        yield AlertsTable(id="alerts", cursor_type="row")
         yield Static(REPLAY_HINT if self.replay else LIVE_HINT, id="empty")
         with Vertical(id="body"):
             with Horizontal(id="top"):
@@ -250,52 +122,40 @@ class WatchApp(App):
                     tp = ThroughputPanel(id="throughput")
                     tp.border_title = "Throughput"
                     yield tp
-                links = DataTable(id="links", cursor_type="row")
-                links.border_title = "Links"
-                links.border_subtitle = "last second"
-                yield links
+                yield LinksTable(self.topology, id="links", cursor_type="row")
             with Horizontal(id="tables"):
-                ranks = DataTable(id="ranks", cursor_type="row", zebra_stripes=True, fixed_columns=1)
-                ranks.border_title = "Ranks"
-                ranks.border_subtitle = "enter: focus"
-                yield ranks
-                ops = DataTable(id="ops", cursor_type="row", zebra_stripes=True)
-                ops.border_title = "Ops"
-                ops.border_subtitle = "bandwidth in GB/s"
-                yield ops
+                yield RanksTable(id="ranks", cursor_type="row", zebra_stripes=True, fixed_columns=1)
+                yield OpsTable(id="ops", cursor_type="row", zebra_stripes=True)
         # The command palette stays on ctrl+p; the footer's room goes to our keys.
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
-        # Keep references: the refresh timer can fire once more while the app shuts
-        # down, after the widgets left the DOM (a query would raise NoMatches then).
+        # Keep references: a snapshot can arrive once more while the app shuts down,
+        # after the widgets left the DOM (a query would raise NoMatches then).
         self._status = self.query_one("#status", Static)
         self._empty = self.query_one("#empty", Static)
         self._body = self.query_one("#body", Vertical)
         self._flow = self.query_one("#flow", FlowView)
         self._tp = self.query_one("#throughput", ThroughputPanel)
-        self._links = links = self.query_one("#links", DataTable)
-        self._ranks = ranks = self.query_one("#ranks", DataTable)
-        self._ops = ops = self.query_one("#ops", DataTable)
-        for key, label, right in RANK_COLUMNS:
-            ranks.add_column(_r(label) if right else label, key=key)
-        for key, label, right in OP_COLUMNS:
-            ops.add_column(_r(label) if right else label, key=key)
-        for key, label, right in LINK_COLUMNS:
-            links.add_column(_r(label) if right else label, key=key)
-        self._alerts = alerts = self.query_one("#alerts", DataTable)
-        for key, label in ALERT_COLUMNS:
-            alerts.add_column(label, key=key)
-        alerts.display = False
-        self._alert_payload: dict[str, dict] = {}
+        self._links = self.query_one("#links", LinksTable)
+        self._ranks = self.query_one("#ranks", RanksTable)
+        self._ops = self.query_one("#ops", OpsTable)
+        self._alerts = self.query_one("#alerts", AlertsTable)
         self._flow.t_anim = self._t_anim0
         if not self._animate:
             self._flow.freeze()
         self._last_anim = self._clock()
         self.refresh_view()
+        self._updater = UpdateThread(self._fetch, self.post_message, self._numbers)
+        self._updater.start()
         self.set_interval(1.0 / self.refresh_hz, self.data_tick, name="refresh")
         if self.anim_hz > 0:
             self.set_interval(1.0 / self.anim_hz, self.animate_tick, name="animate")
+
+    def on_unmount(self) -> None:
+        if self._updater is not None:
+            self._updater.cancel()
+            self._updater.join(timeout=5)
 
     # ----------------------------------------------------------------- refresh
 
@@ -307,30 +167,34 @@ class WatchApp(App):
             self._flow.advance(min(dt, 0.5))
 
     def data_tick(self) -> None:
-        """The data clock: refresh, the tables only every `table_every`-th time."""
-        self.refresh_view(tables=self.ticks % self.table_every == 0)
-
-    def refresh_view(self, tables: bool = True) -> None:
-        """Advance the feed, snapshot the model, update the widgets (the tables too
-        unless `tables` is False)."""
-        import time
-
+        """The data clock: ask the update thread for a snapshot (the tables only
+        every `table_every`-th time); it arrives as `SnapshotFetched`."""
+        tables = self.ticks % self.table_every == 0
         self.ticks += 1
-        feed = self.feed
-        feed.advance()
-        now = feed.now_ns()
-        t0 = time.perf_counter()
-        with feed.lock:
-            t1 = time.perf_counter()
-            if self.frozen:
-                info = model_info(feed.model)
-            else:
-                snap = take_snapshot(feed.model, now, self.focus_rank, self.topology)
-                info = snap.info
-        t2 = time.perf_counter()
-        self.lock_wait_s, self.lock_hold_s = t1 - t0, t2 - t1
-        self._update_status(feed.status(), info, now)
-        if self.frozen:
+        if self._updater is not None:
+            self._updater.schedule_update(tables)
+
+    def _fetch(self, force: bool = False) -> Fetched:
+        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force)
+
+    def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
+        self._draw(message.fetched, message.number, message.tables)
+
+    def refresh_view(self, tables: bool = True, force: bool = False) -> None:
+        """Advance the feed, snapshot the model and draw it now, on this thread (after
+        a key press; `force`: even while the view is frozen)."""
+        self.ticks += 1
+        number = next(self._numbers)
+        self._draw(self._fetch(force), number, tables)
+
+    def _draw(self, fetched: Fetched, number: int, tables: bool) -> None:
+        if number < self._drawn:
+            return  # taken before the one on screen
+        self._drawn = number
+        self.lock_wait_s, self.lock_hold_s = fetched.lock_wait_s, fetched.lock_hold_s
+        self._update_status(fetched.status, fetched.info, fetched.now)
+        snap = fetched.snap
+        if snap is None:
             return
         tables = tables or self._force_tables or self.snapshot is None
         self._force_tables = False
@@ -338,41 +202,18 @@ class WatchApp(App):
         self._show(snap, tables)
 
     def _show(self, snap: Snapshot, tables: bool = True) -> None:
-        info = snap.info
-        empty = info["nranks"] == 0
+        empty = snap.info["nranks"] == 0
         self._empty.display = empty
         self._body.display = not empty
-        focus = self.focus_rank
+        focus = snap.focus
         self._flow.update_data(snap.flow, focus)
         self._flow.border_title = "Flow" + (f" · rank {focus}" if focus is not None else "")
         self._tp.update_series(snap.tp_total, snap.tp_rate, focus, snap.tp_focus, snap.tp_focus_rate)
-        alerts = snap.alerts
-        self._alert_payload = {key: payload for key, _, payload in alerts}
-        self._alerts.display = bool(alerts) and not empty
-        if alerts:
-            sync_table(self._alerts, ALERT_COLUMNS, [(key, cells) for key, cells, _ in alerts], lambda t: None)
-            self._alerts.border_title = f"Alerts ({len(alerts)})"
-        if not tables:
-            return
-        ranks, ops = self._ranks, self._ops
-        shown = pick_rank_rows(snap.rank_rows, self.focus_rank)
-        procs = getattr(self.feed, "proc_stats", None) or {}
-        for row in shown:
-            cpu_rss = procs.get(row["rank"])
-            if cpu_rss is not None:
-                row["cpu"], row["rss"] = cpu_rss
-        sync_table(ranks, RANK_COLUMNS, [(str(r["rank"]), rank_cells(r)) for r in shown], _sort_ranks)
-        sync_table(
-            ops, OP_COLUMNS, [(f"{r['op']}@{r['group']}", op_cells(r)) for r in snap.op_rows], _sort_ops
-        )
-        ws = info["world_size"]
-        ranks.border_title = f"Ranks {info['nranks']}/{ws}" if ws else "Ranks"
-        if len(shown) < len(snap.rank_rows):
-            ranks.border_title += f" · {len(shown)} shown, trouble first"
-        ops.border_title = f"Ops ({len(snap.op_rows)})" if snap.op_rows else "Ops (none finished yet)"
-        rows = link_rows(snap.rates, snap.places, self.topology, snap.samples, focus)
-        sync_table(self._links, LINK_COLUMNS, rows, lambda t: None)
-        self._links.border_title = f"Links ({len(rows)})" if rows else "Links (nothing moving)"
+        self._alerts.snapshot = snap
+        if tables:
+            self._ranks.snapshot = snap
+            self._ops.snapshot = snap
+            self._links.snapshot = snap
 
     def _update_status(self, feed_status: str, info: dict, now: int) -> None:
         t = Text(feed_status, style="bold")
@@ -409,7 +250,7 @@ class WatchApp(App):
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         table = event.data_table.id
         if table == "alerts":
-            payload = self._alert_payload.get(event.row_key.value)
+            payload = self._alerts.payloads.get(event.row_key.value)
             if payload is not None:
                 self.push_screen(DiagnosisScreen(payload))
         elif table == "ranks":
@@ -422,28 +263,20 @@ class WatchApp(App):
     def set_focus_rank(self, rank: int | None) -> None:
         """Focus one rank's traffic and history (None: all ranks)."""
         self.focus_rank = rank
+
+    def watch_focus_rank(self, rank: int | None) -> None:
         self._force_tables = True
-        if rank is not None and str(rank) in self._ranks.rows:
-            self._ranks.move_cursor(row=self._ranks.get_row_index(str(rank)))
-        if self.frozen:
-            self.frozen = False
-            self.refresh_view()
-            self.frozen = True
-        else:
-            self.refresh_view()
+        self._ranks.focus_row(rank)
+        self.refresh_view(force=True)  # shown even while the view is paused
 
     def action_focus_rank(self) -> None:
         """Focus the rank under the Ranks table's cursor (again: back to all ranks)."""
-        t = self._ranks
-        if not t.row_count:
-            return
-        key = t.coordinate_to_cell_key((t.cursor_row, 0)).row_key.value
-        rank = int(key)
-        self.set_focus_rank(None if rank == self.focus_rank else rank)
+        rank = self._ranks.rank_under_cursor()
+        if rank is not None:
+            self.set_focus_rank(None if rank == self.focus_rank else rank)
 
     def action_unfocus(self) -> None:
-        if self.focus_rank is not None:
-            self.set_focus_rank(None)
+        self.set_focus_rank(None)
 
     def action_toggle_links(self) -> None:
         self.screen.toggle_class("-show-links")
@@ -455,8 +288,10 @@ class WatchApp(App):
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
-        self.sub_title = "view paused: p to resume" if self.frozen else ""
-        if self.frozen:
+
+    def watch_frozen(self, frozen: bool) -> None:
+        self.sub_title = "view paused: p to resume" if frozen else ""
+        if frozen:
             self._flow.freeze()
         elif self._animate:
             self._last_anim = self._clock()

@@ -59,6 +59,9 @@ class ReplayFeed:
         cut_off: bool = False,
     ) -> None:
         self.lock = threading.Lock()
+        # The app's update thread advances the feed while key presses pause, step and
+        # seek it from the UI thread: the position and the clock anchor change together.
+        self._control = threading.RLock()
         self.model = model if model is not None else Model()
         self.name = name
         self._clock = clock
@@ -80,9 +83,10 @@ class ReplayFeed:
         return self._pos
 
     def advance(self) -> None:
-        self._sync()
-        if not self._paused:
-            self._apply_until(self._pos)
+        with self._control:
+            self._sync()
+            if not self._paused:
+                self._apply_until(self._pos)
 
     def status(self) -> str:
         if self.done:
@@ -130,8 +134,9 @@ class ReplayFeed:
         return min(1.0, max(0.0, (self._pos - self.start_ns) / span))
 
     def set_speed(self, speed: float) -> None:
-        self._sync()
-        self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        with self._control:
+            self._sync()
+            self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
 
     def faster(self) -> None:
         self.set_speed(self._speed * 2)
@@ -140,17 +145,19 @@ class ReplayFeed:
         self.set_speed(self._speed / 2)
 
     def pause(self) -> None:
-        if self._paused:
-            return
-        self._sync()
-        self._apply_until(self._pos)  # the model is exactly the trace at the position
-        self._paused = True
+        with self._control:
+            if self._paused:
+                return
+            self._sync()
+            self._apply_until(self._pos)  # the model is exactly the trace at the position
+            self._paused = True
 
     def resume(self) -> None:
-        if not self._paused:
-            return
-        self._sync()
-        self._paused = False
+        with self._control:
+            if not self._paused:
+                return
+            self._sync()
+            self._paused = False
 
     def toggle_pause(self) -> None:
         if self._paused:
@@ -161,25 +168,26 @@ class ReplayFeed:
     def step(self) -> Event | None:
         """Pause, then apply events up to and including the next OpStart/OpEnd (the
         Hello/GroupDef/… before it come along). Returns that op event, or None at the end."""
-        self.pause()
-        with self.lock:
-            while self._i < len(self._events):
-                t, rank, ev = self._events[self._i]
-                self.model.ingest(rank, ev)
-                self._i += 1
-                if t > self._pos:
-                    self._pos = t
-                self._end_of_trace()
-                if isinstance(ev, (OpStart, OpEnd)):
-                    return ev
+        with self._control:
+            self.pause()
+            with self.lock:
+                while self._i < len(self._events):
+                    t, rank, ev = self._events[self._i]
+                    self.model.ingest(rank, ev)
+                    self._i += 1
+                    if t > self._pos:
+                        self._pos = t
+                    self._end_of_trace()
+                    if isinstance(ev, (OpStart, OpEnd)):
+                        return ev
         return None
 
     def seek(self, fraction: float) -> None:
         """Rebuild the model from scratch up to `fraction` (0..1) of the trace's time."""
         fraction = min(1.0, max(0.0, float(fraction)))
         target = self.start_ns + round(fraction * (self.end_ns - self.start_ns))
-        self._anchor = self._clock()
-        with self.lock:
+        with self._control, self.lock:
+            self._anchor = self._clock()
             self.model.reset()
             self._ended = False
             self._i = 0

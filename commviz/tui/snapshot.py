@@ -2,11 +2,14 @@
 
 Everything the widgets draw comes from a `Snapshot`: the lock is held only while it is
 built (plain reads and small copies), never while anything is drawn, so ingest never
-waits for a frame and a frame never waits for ingest.
+waits for a frame and a frame never waits for ingest. `fetch` is the whole of one
+data tick's reading (advance the feed, take the snapshot); the app runs it on its
+update thread (tui/update.py), off the UI thread, and draws what it posts.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from commviz.model.diagnosis import Diagnosis
@@ -36,6 +39,37 @@ class Snapshot:
     tp_focus: dict | None = None
     tp_focus_rate: tuple[float, float] | None = None
     samples: dict[str, dict[str, float]] = field(default_factory=dict)
+    focus: int | None = None  # the rank whose traffic and history are shown, None: all
+    procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
+
+
+@dataclass
+class Fetched:
+    """One data tick's reading: the feed's status line, the model's headline numbers,
+    and the snapshot (None while the view is frozen)."""
+
+    now: int
+    status: str
+    info: dict
+    snap: Snapshot | None
+    lock_wait_s: float = 0.0
+    lock_hold_s: float = 0.0
+
+
+def fetch(feed, focus: int | None, topology, frozen: bool) -> Fetched:
+    """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
+    only the headline numbers for the status line)."""
+    feed.advance()
+    now = feed.now_ns()
+    t0 = time.perf_counter()
+    with feed.lock:
+        t1 = time.perf_counter()
+        snap = None if frozen else take_snapshot(feed.model, now, focus, topology)
+        info = model_info(feed.model) if snap is None else snap.info
+    t2 = time.perf_counter()
+    if snap is not None:
+        snap.procs = dict(getattr(feed, "proc_stats", None) or {})
+    return Fetched(now, feed.status(), info, snap, t1 - t0, t2 - t1)
 
 
 def gpu_index(hello, topology) -> int | None:
@@ -75,7 +109,7 @@ def model_info(m) -> dict:
 
 def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH) -> Snapshot:
     """Call with the feed's lock held."""
-    snap = Snapshot(now=now, info=model_info(m))
+    snap = Snapshot(now=now, info=model_info(m), focus=focus)
     found = m.findings(now)  # once per snapshot: the rows and the alerts share it
     rank_rows = m.rank_rows(now, found)
     diagnoses = found.diagnoses
