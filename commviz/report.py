@@ -2,13 +2,7 @@
 
 from __future__ import annotations
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+from commviz.units import format_bytes
 
 
 def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
@@ -39,7 +33,7 @@ def render_summary(s: dict, problems: list[str] | None = None) -> str:
                     o["op"],
                     o["group"],
                     str(o["count"]),
-                    human_bytes(o["bytes"]),
+                    format_bytes(o["bytes"]),
                     f"{o['p50_us']:.1f}",
                     f"{o['p99_us']:.1f}",
                     f"{o['algbw_gbps']:.3f}",

@@ -19,6 +19,13 @@ try:
 except ImportError:  # the lessons run without commviz too
     commviz = None
 
+if commviz is not None:
+    from commviz.units import format_bytes as human  # 1536 -> '1.5 KiB', as the dashboard says it
+else:
+
+    def human(nbytes: float) -> str:
+        return f"{int(nbytes):,} B"
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
 
@@ -83,15 +90,6 @@ def check(rank: int, what: str, got: torch.Tensor, expected: torch.Tensor, rtol:
     if bool(bad.any()):
         i = int(bad.flatten().nonzero()[0])
         fail(rank, f"{what} (element {i} of {g.numel()}, {int(bad.sum())} wrong)", e.flatten()[i].item(), g.flatten()[i].item())
-
-
-def human(nbytes: float) -> str:
-    """1536 -> '1.5 KiB'."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(nbytes) < 1024 or unit == "GiB":
-            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    return f"{nbytes:.1f} GiB"
 
 
 def mlp(width: int, layers: int, dtype, device) -> torch.nn.Module:

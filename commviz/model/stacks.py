@@ -58,10 +58,6 @@ def frame_rank(path: str, lib_dirs: list[str] | tuple[str, ...] = ()) -> int:
     return USER
 
 
-def is_user_path(path: str, lib_dirs: list[str] | tuple[str, ...] = ()) -> bool:
-    return frame_rank(path, lib_dirs) == USER
-
-
 def user_frame_index(frames: list[Frame], lib_dirs: list[str] | tuple[str, ...] = ()) -> int | None:
     """Index of the innermost frame of the user's own code (the line that led to the
     call); failing that the innermost third-party library frame; None when every
@@ -143,9 +139,6 @@ class StackStore:
 
     def for_op(self, op_id: int) -> StackInfo | None:
         return self._by_op.get(op_id)
-
-    def latest(self) -> StackInfo | None:
-        return next(reversed(self._by_op.values()), None) if self._by_op else None
 
     def __len__(self) -> int:
         return len(self._by_op)

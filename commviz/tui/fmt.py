@@ -1,24 +1,11 @@
-"""Short, fixed-width-friendly renderings of numbers for tables (no Textual here)."""
+"""Short, fixed-width-friendly renderings of numbers for tables (no Textual here).
+Bytes and bandwidth read as everywhere else (commviz/units.py)."""
 
 from __future__ import annotations
 
-_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+from commviz.units import format_bps, format_bytes
 
-
-def format_bytes(n: float) -> str:
-    """Binary units, one decimal: 0 B, 512 B, 4.0 KiB, 1.2 GiB."""
-    n = float(n)
-    sign = "-" if n < 0 else ""
-    n = abs(n)
-    if n < 1024:
-        return f"{sign}{int(n)} B"
-    for unit in _UNITS:
-        n /= 1024.0
-        # Round first so 1023.96 KiB shows as 1.0 MiB rather than "1024.0 KiB".
-        if round(n, 1) < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{n:.1f} {unit}"
-    raise AssertionError("unreachable")
-
+__all__ = ["format_bps", "format_bytes", "format_count", "format_gbps", "format_rate", "format_seconds", "format_us"]
 
 def format_seconds(s: float | None) -> str:
     """Durations for 'in op' / 'last seen': 0ms, 850ms, 3.2s, 42s, 2m05s, 1h02m."""
@@ -62,17 +49,6 @@ def format_gbps(g: float) -> str:
 
 def format_count(n: int) -> str:
     return f"{n:,}"
-
-
-def format_bps(bps: float) -> str:
-    """Bytes per second in decimal units (GB/s = 1e9 B/s, as bandwidths are quoted)."""
-    if bps <= 0:
-        return "0 B/s"
-    for unit, scale in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
-        if bps >= scale:
-            v = bps / scale
-            return f"{v:.0f} {unit}" if v >= 100 else f"{v:.1f} {unit}" if v >= 10 else f"{v:.2f} {unit}"
-    return f"{bps:.0f} B/s"
 
 
 def format_rate(gbps: float) -> str:

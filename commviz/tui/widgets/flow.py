@@ -28,7 +28,6 @@ from commviz.model.flows import HUB, EdgeRate
 from commviz.tui.widgets.layout import DOWN, LEFT, RIGHT, UP, Canvas, Layout, NodeSpec, line_glyphs, make_layout
 
 CELLS_PER_S = 8.0  # packet speed
-RECENT_EDGE_S = 10  # edges quiet for longer are no longer drawn
 
 # Node glyphs by status; "missing" is a rank others wait for in a diagnosis.
 GLYPH = {"ok": "●", "waiting": "◐", "hung": "◐", "missing": "?", "dead": "✕", "exited": "○"}

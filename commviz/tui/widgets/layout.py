@@ -50,13 +50,6 @@ class Canvas:
         for i, c in enumerate(s):
             self.put(x + i, y, c, st)
 
-    def copy(self) -> "Canvas":
-        c = Canvas.__new__(Canvas)
-        c.w, c.h = self.w, self.h
-        c.ch = [row[:] for row in self.ch]
-        c.st = [row[:] for row in self.st]
-        return c
-
     def row_text(self, y: int) -> str:
         return "".join(self.ch[y])
 
@@ -298,11 +291,7 @@ def ring_layout(ranks: list[int], W: int, H: int) -> Layout | None:
 def hosts_layout(nodes: list[NodeSpec], W: int, H: int, fabric: dict[str, str]) -> Layout | None:
     """Host boxes in rows; each row of boxes over its own stretch of network bar, the
     stretches joined by a trunk on the right when there are several rows."""
-    groups: dict[str, list[NodeSpec]] = {}
-    for nd in sorted(nodes, key=lambda n: n.rank):
-        groups.setdefault(nd.host, []).append(nd)
-    for g in groups.values():
-        g.sort(key=lambda n: (n.gpu if n.gpu is not None else 1 << 30, n.rank))
+    groups = _by_host(nodes)
     nw = 1 + len(str(max((n.rank for n in nodes), default=0)))  # "●12"
     multi = len(groups) > 1
     titles, widths = {}, {}
@@ -311,74 +300,26 @@ def hosts_layout(nodes: list[NodeSpec], W: int, H: int, fabric: dict[str, str]) 
         titles[host] = f" {host} · {label} "
         inner = 1 + len(g) * (nw + 1) + (2 if multi else 0)
         widths[host] = max(inner, min(len(titles[host]), 20) + 2) + 2
-    # Pack boxes into rows.
-    usable = W - 2  # room for the trunk
-    rows: list[list[str]] = [[]]
-    used = 0
-    for host in groups:
-        bw = widths[host]
-        if bw > usable:
-            return None
-        if rows[-1] and used + 1 + bw > usable:
-            rows.append([])
-            used = 0
-        used += (1 if rows[-1] else 0) + bw
-        rows[-1].append(host)
+    rows = _pack_rows(list(groups), widths, W - 2)  # W - 2: room for the trunk
     row_h = 7 if multi else 5
-    need_h = row_h * len(rows)
-    if need_h > H:
+    if rows is None or row_h * len(rows) > H:
         return None
     cv = Canvas(W, H)
     lay = Layout("hosts", W, H, cv, {}, node_w=nw)
-    y_top = (H - need_h) // 2
+    y_top = (H - row_h * len(rows)) // 2
     trunk = W - 2
     nets = []
     for ri, row in enumerate(rows):
         y0 = y_top + ri * row_h
-        y_node, y_stub, y_bar, y_bot, y_net = y0 + 1, y0 + 2, y0 + 3, y0 + 4, y0 + 6
         total = sum(widths[h] for h in row) + len(row) - 1
         x = (W - 2 - total) // 2 if len(rows) > 1 else (W - total) // 2
         ports = []
         for host in row:
-            g, bw = groups[host], widths[host]
-            _box(cv, x, y0, bw, 5, titles[host][: bw - 4])
-            stubs = []
-            for i, nd in enumerate(g):
-                nx = x + 2 + i * (nw + 1)
-                lay.nodes[nd.rank] = (nx, y_node, nw)
-                sx = nx + nw // 2
-                stubs.append(sx)
-                lay._stub[nd.rank] = (sx, y_stub, y_bar)
-                lay._host_of[nd.rank] = host
-            px = x + bw - 3
-            lo, hi = min(stubs), (px if multi else max(stubs))
-            for bx in range(lo, hi + 1):
-                cv.put(bx, y_bar, "═", "fabric")
-            for sx in stubs:
-                cv.put(sx, y_stub, "│", "line")
-                cv.put(sx, y_bar, "╤", "fabric")
-            if not multi and len(stubs) == 1:
-                cv.put(stubs[0], y_bar, " ")
-            if multi:
-                cv.put(px, y_bar, "╕", "fabric")
-                cv.put(px, y_bot, "┬", "box")
-                cv.put(px, y0 + 5, "│", "line")
-                lay._port[host] = (px, y_bar, y_net)
-                ports.append(px)
-            x += bw + 1
+            _draw_host(lay, x, y0, widths[host], titles[host], groups[host], multi, ports)
+            x += widths[host] + 1
         if multi:
-            lo = min(ports)
             hi = trunk if len(rows) > 1 else max(ports)
-            for bx in range(lo, hi + 1):
-                cv.put(bx, y_net, "─", "line")
-            for px in ports:
-                cv.put(px, y_net, "┴", "line")
-            cv.put(lo, y_net, "└", "line")
-            cv.put(hi, y_net, "┘" if len(rows) == 1 else "┤", "line")
-            nets.append(y_net)
-            label = "network"
-            if hi - lo > len(label) + 4 and ri == len(rows) - 1:
-                cv.text(hi - len(label) - 1, y_net - 1, label, "label")
+            nets.append(_draw_network(cv, ports, hi, y0 + 6, len(rows) == 1, ri == len(rows) - 1))
     if len(nets) > 1:
         for y in range(nets[0], nets[-1] + 1):
             if cv.ch[y][trunk] == " ":
@@ -388,6 +329,79 @@ def hosts_layout(nodes: list[NodeSpec], W: int, H: int, fabric: dict[str, str]) 
         lay._trunk = trunk
     lay.occupied = {(nx + k, ny) for nx, ny, ww in lay.nodes.values() for k in range(ww)}
     return lay
+
+
+def _by_host(nodes: list[NodeSpec]) -> dict[str, list[NodeSpec]]:
+    """Nodes per host (hosts in order of their lowest rank), each by GPU then rank."""
+    groups: dict[str, list[NodeSpec]] = {}
+    for nd in sorted(nodes, key=lambda n: n.rank):
+        groups.setdefault(nd.host, []).append(nd)
+    for g in groups.values():
+        g.sort(key=lambda n: (n.gpu if n.gpu is not None else 1 << 30, n.rank))
+    return groups
+
+
+def _pack_rows(hosts: list[str], widths: dict[str, int], usable: int) -> list[list[str]] | None:
+    """Host boxes into rows of at most `usable` columns (None: a box is too wide)."""
+    rows: list[list[str]] = [[]]
+    used = 0
+    for host in hosts:
+        bw = widths[host]
+        if bw > usable:
+            return None
+        if rows[-1] and used + 1 + bw > usable:
+            rows.append([])
+            used = 0
+        used += (1 if rows[-1] else 0) + bw
+        rows[-1].append(host)
+    return rows
+
+
+def _draw_host(lay: Layout, x: int, y0: int, bw: int, title: str, g: list[NodeSpec], multi: bool,
+               ports: list[int]) -> None:
+    """One host's box at (x, y0): its ranks on a fabric bar, and with several hosts a
+    port down to the network (appended to `ports`)."""
+    cv, nw, host = lay.canvas, lay.node_w, g[0].host
+    y_node, y_stub, y_bar, y_bot, y_net = y0 + 1, y0 + 2, y0 + 3, y0 + 4, y0 + 6
+    _box(cv, x, y0, bw, 5, title[: bw - 4])
+    stubs = []
+    for i, nd in enumerate(g):
+        nx = x + 2 + i * (nw + 1)
+        lay.nodes[nd.rank] = (nx, y_node, nw)
+        sx = nx + nw // 2
+        stubs.append(sx)
+        lay._stub[nd.rank] = (sx, y_stub, y_bar)
+        lay._host_of[nd.rank] = host
+    px = x + bw - 3
+    lo, hi = min(stubs), (px if multi else max(stubs))
+    for bx in range(lo, hi + 1):
+        cv.put(bx, y_bar, "═", "fabric")
+    for sx in stubs:
+        cv.put(sx, y_stub, "│", "line")
+        cv.put(sx, y_bar, "╤", "fabric")
+    if not multi and len(stubs) == 1:
+        cv.put(stubs[0], y_bar, " ")
+    if multi:
+        cv.put(px, y_bar, "╕", "fabric")
+        cv.put(px, y_bot, "┬", "box")
+        cv.put(px, y0 + 5, "│", "line")
+        lay._port[host] = (px, y_bar, y_net)
+        ports.append(px)
+
+
+def _draw_network(cv: Canvas, ports: list[int], hi: int, y_net: int, one_row: bool, labelled: bool) -> int:
+    """A row's stretch of network bar under its hosts' ports, up to `hi`; returns its y."""
+    lo = min(ports)
+    for bx in range(lo, hi + 1):
+        cv.put(bx, y_net, "─", "line")
+    for px in ports:
+        cv.put(px, y_net, "┴", "line")
+    cv.put(lo, y_net, "└", "line")
+    cv.put(hi, y_net, "┘" if one_row else "┤", "line")
+    label = "network"
+    if hi - lo > len(label) + 4 and labelled:
+        cv.text(hi - len(label) - 1, y_net - 1, label, "label")
+    return y_net
 
 
 def _box(cv: Canvas, x: int, y: int, w: int, h: int, title: str) -> None:
