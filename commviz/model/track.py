@@ -73,8 +73,8 @@ class P2PPair:
     src: int
     dst: int
     seq: int
-    send: P2PSide | None = None
-    recv: P2PSide | None = None
+    send: P2PSide | None = None  # None until the send side is posted
+    recv: P2PSide | None = None  # None until the recv side is posted
 
 
 def p2p_key(rank: int, s: OpStart) -> tuple[tuple[str, int, int, int], bool] | None:

@@ -299,13 +299,17 @@ class FakeNvml:
 
     # ------------------------------------------------------------- samples
 
-    def utilization(self, i: int) -> tuple[float, float] | None:
-        if self._g(i) is None or self._off("utilization", i):
+    def _sample_pair(self, what: str, i: int, a: str, b: str) -> tuple[float, float] | None:
+        """Two scripted sample series of GPU `i` at the reading `what` is on."""
+        if self._g(i) is None or self._off(what, i):
             return None
-        k = self._step("utilization", i)
+        k = self._step(what, i)
         s = self._gpu_script("samples", i)
-        gpu, mem = self._at(s.get("util"), k, 0.0), self._at(s.get("mem_util"), k, 0.0)
-        return None if gpu is None or mem is None else (float(gpu), float(mem))
+        x, y = self._at(s.get(a), k, 0.0), self._at(s.get(b), k, 0.0)
+        return None if x is None or y is None else (float(x), float(y))
+
+    def utilization(self, i: int) -> tuple[float, float] | None:
+        return self._sample_pair("utilization", i, "util", "mem_util")
 
     def memory(self, i: int) -> tuple[int, int] | None:
         g = self._g(i)
@@ -338,12 +342,7 @@ class FakeNvml:
         return out
 
     def pcie_throughput(self, i: int) -> tuple[float, float] | None:
-        if self._g(i) is None or self._off("pcie_throughput", i):
-            return None
-        k = self._step("pcie_throughput", i)
-        s = self._gpu_script("samples", i)
-        tx, rx = self._at(s.get("pcie_tx_Bps"), k, 0.0), self._at(s.get("pcie_rx_Bps"), k, 0.0)
-        return None if tx is None or rx is None else (float(tx), float(rx))
+        return self._sample_pair("pcie_throughput", i, "pcie_tx_Bps", "pcie_rx_Bps")
 
     def nvlink_rates(self, i: int, links: list[int]) -> dict[str, float | None] | None:
         script = self._gpu_script("gpm", i)

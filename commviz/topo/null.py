@@ -11,6 +11,10 @@ import socket
 from commviz.topo.backend import Counter
 
 
+def _not_available(self, *args: object) -> None:
+    return None
+
+
 class NullNvml:
     source = "none"
     available = False
@@ -23,59 +27,16 @@ class NullNvml:
     def device_count(self) -> int:
         return 0
 
-    def name(self, i: int) -> str | None:
-        return None
-
-    def uuid(self, i: int) -> str | None:
-        return None
-
-    def bus_id(self, i: int) -> str | None:
-        return None
-
-    def arch(self, i: int) -> str | None:
-        return None
-
-    def numa_node(self, i: int) -> int | None:
-        return None
+    # Every per-GPU item is not available: there are no GPUs (see backend.NvmlBackend).
+    name = uuid = bus_id = arch = numa_node = nvlink_count = _not_available
+    nvlink_state = nvlink_version = nvlink_remote_bus_id = nvlink_remote_type = _not_available
+    pair_level = p2p_read = utilization = memory = pcie_throughput = nvlink_rates = _not_available
 
     def pcie_link(self, i: int) -> tuple[int | None, int | None, int | None, int | None]:
         return (None, None, None, None)
 
-    def nvlink_count(self, i: int) -> int | None:
-        return None
-
-    def nvlink_state(self, i: int, link: int) -> bool | None:
-        return None
-
-    def nvlink_version(self, i: int, link: int) -> int | None:
-        return None
-
-    def nvlink_remote_bus_id(self, i: int, link: int) -> str | None:
-        return None
-
-    def nvlink_remote_type(self, i: int, link: int) -> str | None:
-        return None
-
-    def pair_level(self, i: int, j: int) -> str | None:
-        return None
-
-    def p2p_read(self, i: int, j: int) -> str | None:
-        return None
-
-    def utilization(self, i: int) -> tuple[float, float] | None:
-        return None
-
-    def memory(self, i: int) -> tuple[int, int] | None:
-        return None
-
     def counters(self, i: int, links: list[int]) -> dict[str, Counter | None]:
         return {}
-
-    def pcie_throughput(self, i: int) -> tuple[float, float] | None:
-        return None
-
-    def nvlink_rates(self, i: int, links: list[int]) -> dict[str, float | None] | None:
-        return None
 
     def close(self) -> None:
         pass

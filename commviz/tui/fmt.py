@@ -26,25 +26,24 @@ def format_seconds(s: float | None) -> str:
     return f"{h}h{m:02d}m"
 
 
-def format_us(us: float) -> str:
-    """Latency in microseconds with about three significant digits."""
-    if us <= 0:
+def _three_digits(x: float, steps: tuple[tuple[float, str], ...], last: str) -> str:
+    """About three significant digits: the format of the first step whose bound `x`
+    is under, else `last`; '–' for nothing."""
+    if x <= 0:
         return "–"
-    if us < 10:
-        return f"{us:.2f}"
-    if us < 100:
-        return f"{us:.1f}"
-    return f"{us:,.0f}"
+    for bound, fmt in steps:
+        if x < bound:
+            return format(x, fmt)
+    return format(x, last)
+
+
+def format_us(us: float) -> str:
+    """Latency in microseconds."""
+    return _three_digits(us, ((10, ".2f"), (100, ".1f")), ",.0f")
 
 
 def format_gbps(g: float) -> str:
-    if g <= 0:
-        return "–"
-    if g < 1:
-        return f"{g:.3f}"
-    if g < 100:
-        return f"{g:.2f}"
-    return f"{g:.0f}"
+    return _three_digits(g, ((1, ".3f"), (100, ".2f")), ".0f")
 
 
 def format_count(n: int) -> str:

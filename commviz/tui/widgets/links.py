@@ -16,13 +16,8 @@ from commviz.model.flows import HUB, EdgeRate
 from commviz.tui.fmt import format_bps
 
 LINK_COLUMNS = [
-    ("edge", "link", False),
-    ("rate", "now", True),
-    ("how", "source", False),
-    ("via", "via", False),
-    ("util", "util", False),
-    ("cap", "of", True),
-    ("op", "carries", False),
+    ("edge", "link", False), ("rate", "now", True), ("how", "source", False), ("via", "via", False),
+    ("util", "util", False), ("cap", "of", True), ("op", "carries", False),
 ]
 MAX_ROWS = 40
 

@@ -20,39 +20,20 @@ from commviz.tui.snapshot import Snapshot
 from commviz.tui.widgets.links import LINK_COLUMNS, link_rows
 
 STATUS_STYLE = {
-    RankStatus.OK: "green",
-    RankStatus.WAITING: "yellow",
-    RankStatus.HUNG: "bold red",
-    RankStatus.MISSING: "bold reverse red",
-    RankStatus.DEAD: "bold red",
-    RankStatus.EXITED: "dim",
+    RankStatus.OK: "green", RankStatus.WAITING: "yellow", RankStatus.HUNG: "bold red",
+    RankStatus.MISSING: "bold reverse red", RankStatus.DEAD: "bold red", RankStatus.EXITED: "dim",
 }
 
 # (key, label, right-aligned). Most telling columns first so an 80-column terminal
 # shows them; host and device are last (scroll right for them when narrow).
 RANK_COLUMNS = [
-    ("rank", "rank", True),
-    ("status", "status", False),
-    ("op", "current op", False),
-    ("in_op", "in op", True),
-    ("ops_done", "ops", True),
-    ("bytes", "bytes", True),
-    ("cpu", "cpu%", True),
-    ("rss", "rss", True),
-    ("seen", "seen", True),
-    ("dropped", "drop", True),
-    ("device", "device", False),
-    ("host", "host", False),
+    ("rank", "rank", True), ("status", "status", False), ("op", "current op", False), ("in_op", "in op", True),
+    ("ops_done", "ops", True), ("bytes", "bytes", True), ("cpu", "cpu%", True), ("rss", "rss", True),
+    ("seen", "seen", True), ("dropped", "drop", True), ("device", "device", False), ("host", "host", False),
 ]
 OP_COLUMNS = [
-    ("op", "op", False),
-    ("group", "group", False),
-    ("count", "count", True),
-    ("bytes", "bytes", True),
-    ("p50", "p50 µs", True),
-    ("p99", "p99 µs", True),
-    ("algbw", "algbw", True),
-    ("busbw", "busbw", True),
+    ("op", "op", False), ("group", "group", False), ("count", "count", True), ("bytes", "bytes", True),
+    ("p50", "p50 µs", True), ("p99", "p99 µs", True), ("algbw", "algbw", True), ("busbw", "busbw", True),
 ]
 MAX_RANK_ROWS = 128  # beyond this the table shows the ranks worth a look (the flow view shows all)
 
