@@ -2,7 +2,7 @@
 are counted and its bus-bandwidth factor. Probe, model and docs read it from here.
 
 Bytes follow nccl-tests: `bytes` is the size S in algbw = S/t, taken from the tensors
-this rank passed (see DESIGN.md). busbw = algbw × factor(n), n = group size.
+this rank passed (see docs/ARCHITECTURE.md). busbw = algbw × factor(n), n = group size.
 """
 
 from __future__ import annotations

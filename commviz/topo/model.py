@@ -131,7 +131,7 @@ class Topology:
     # ---------------------------------------------------------------- documents
 
     def to_document(self) -> dict:
-        """The `commviz topo --json` document (DESIGN.md), plus additive keys."""
+        """The `commviz topo --json` document (docs/ARCHITECTURE.md), plus additive keys."""
         return {"host": self.host, "source": self.source,
                 "gpus": [g.to_json() for g in self.gpus],
                 "matrix": self.matrix(),
@@ -143,7 +143,7 @@ class Topology:
     def from_document(cls, doc: dict) -> "Topology":
         """Back from a `topo --json` document (for replay on a machine without GPUs).
 
-        Only the DESIGN.md keys are required; ``levels`` missing is rebuilt from the
+        Only the documented keys are required; ``levels`` missing is rebuilt from the
         matrix's non-NV cells.
         """
         gpus = []
