@@ -24,15 +24,18 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
+from commviz.model.diagnosis import RankStatus
 from commviz.model.flows import HUB, EdgeRate
 from commviz.tui.widgets.layout import DOWN, LEFT, RIGHT, UP, Canvas, Layout, NodeSpec, line_glyphs, make_layout
 
 CELLS_PER_S = 8.0  # packet speed
 
 # Node glyphs by status; "missing" is a rank others wait for in a diagnosis.
-GLYPH = {"ok": "●", "waiting": "◐", "hung": "◐", "missing": "?", "dead": "✕", "exited": "○"}
+GLYPH = {RankStatus.OK: "●", RankStatus.WAITING: "◐", RankStatus.HUNG: "◐", RankStatus.MISSING: "?",
+         RankStatus.DEAD: "✕", RankStatus.EXITED: "○"}
 # Worst first, for cells that hold several ranks.
-SEVERITY = ["dead", "missing", "hung", "waiting", "ok", "exited"]
+SEVERITY = [RankStatus.DEAD, RankStatus.MISSING, RankStatus.HUNG, RankStatus.WAITING, RankStatus.OK, RankStatus.EXITED]
+ALARMING = (RankStatus.MISSING, RankStatus.DEAD, RankStatus.HUNG)  # drawn blinking
 PACKET = {False: {RIGHT: "▸", LEFT: "◂", DOWN: "▾", UP: "▴"}, True: {RIGHT: "▹", LEFT: "◃", DOWN: "▿", UP: "▵"}}
 SPIN = "◐◓◑◒"
 RATE_STEPS = (1e6, 1e8, 1e10)  # B/s: colour levels 1..4 above/below these
@@ -70,7 +73,7 @@ class FlowNode:
     rank: int
     host: str
     gpu: int | None
-    status: str  # ok | waiting | hung | dead | exited | missing
+    status: RankStatus
     op: str = ""  # the op it is in ("" when idle)
 
 
@@ -302,8 +305,8 @@ class FlowView(Widget, can_focus=True):
         status = {n.rank: n.status for n in self.data.nodes}
         for x, y, cw, ranks in lay.cells:
             bps = sum(tx.get(r, 0.0) for r in ranks)
-            st = _worst(status.get(r, "ok") for r in ranks)
-            if bps > 0 and st in ("ok", "waiting"):
+            st = _worst(status.get(r, RankStatus.OK) for r in ranks)
+            if bps > 0 and st in (RankStatus.OK, RankStatus.WAITING):
                 turns = 1.0 + 3.0 * (bps / peak if peak else 0.0)
                 self._spin.append((x, y + top, turns, f"pkt-{rate_level(bps)}"))
 
@@ -328,12 +331,12 @@ class FlowView(Widget, can_focus=True):
                 elif peers.intersection(ranks):
                     style += "+peer"
                 cv.text(x, y + top, text.ljust(cw)[:cw], style)
-                if st in ("missing", "dead", "hung"):
+                if st in ALARMING:
                     self._blink.append((x, y + top, text[:1], _blink_style(st)))
             return
         for rank, (x, y, w) in lay.nodes.items():
             n = nodes.get(rank)
-            st = n.status if n is not None else "ok"
+            st = n.status if n is not None else RankStatus.OK
             core = f"{GLYPH.get(st, '●')}{rank}"
             text = (" " + core if w >= len(core) + 2 else core).ljust(w)[:w]
             style = self._node_style(st, rank in busy)
@@ -342,12 +345,12 @@ class FlowView(Widget, can_focus=True):
             elif rank in peers:
                 style += "+peer"
             cv.text(x, y + top, text, style)
-            if st in ("missing", "dead", "hung"):
+            if st in ALARMING:
                 self._blink.append((x, y + top, text, _blink_style(st)))
 
     @staticmethod
-    def _node_style(status: str, busy: bool) -> str:
-        if status == "ok":
+    def _node_style(status: RankStatus, busy: bool) -> str:
+        if status == RankStatus.OK:
             return "node-busy" if busy else "node-ok"
         return f"node-{status}"
 
@@ -464,13 +467,13 @@ class FlowView(Widget, can_focus=True):
         return [self.render_line(y).text for y in range(self.size.height)]
 
 
-def _worst(statuses) -> str:
+def _worst(statuses) -> RankStatus:
     got = set(statuses)
     for s in SEVERITY:
         if s in got:
             return s
-    return "ok"
+    return RankStatus.OK
 
 
-def _blink_style(status: str) -> str:
-    return {"missing": "node-missing+focus", "dead": "node-dead+focus", "hung": "node-hung+focus"}[status]
+def _blink_style(status: RankStatus) -> str:
+    return f"node-{status}+focus"
