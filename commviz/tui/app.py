@@ -178,7 +178,11 @@ class WatchApp(App):
         return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
-        self._draw(message.fetched, message.number, message.tables)
+        try:
+            self._draw(message.fetched, message.number, message.tables)
+        finally:
+            if self._updater is not None:
+                self._updater.drawn()
 
     def refresh_view(self, tables: bool = True, force: bool = False) -> None:
         """Advance the feed, snapshot the model and draw it now, on this thread (after

@@ -5,7 +5,9 @@ snapshot (thousands of ranks, diagnoses) never stalls a frame or a key press.
 
 Each request carries a number; the app drops a snapshot older than one it has
 already drawn (a key press refreshes at once, on the UI thread, and a snapshot the
-thread started before it must not paint over it).
+thread started before it must not paint over it). At most one snapshot is on its way
+at a time: the next is taken once the app says it drew the last (`drawn()`), so a UI
+thread that falls behind draws the newest state, not a queue of old ones.
 """
 
 from __future__ import annotations
@@ -40,10 +42,15 @@ class UpdateThread(threading.Thread):
         self._numbers = numbers
         self._requested = threading.Event()
         self._canceled = threading.Event()
+        self._idle = threading.Event()  # the app drew the last snapshot posted
+        self._idle.set()
         self._tables = False
 
     def run(self) -> None:
         while self._requested.wait():
+            while not self._idle.wait(0.1):
+                if self._canceled.is_set():
+                    return
             if self._canceled.is_set():
                 return
             self._requested.clear()
@@ -52,7 +59,12 @@ class UpdateThread(threading.Thread):
             fetched = self._read()
             if self._canceled.is_set():
                 return
+            self._idle.clear()
             self._post(SnapshotFetched(fetched, number, tables))
+
+    def drawn(self) -> None:
+        """The app has drawn (or dropped) the last snapshot: the next may be taken."""
+        self._idle.set()
 
     def schedule_update(self, tables: bool = True) -> None:
         self._tables = self._tables or tables
