@@ -2,7 +2,10 @@
 
 Pure of Textual so replay logic is unit-testable without a terminal. The live feed
 (transport → model) and the replay feed (trace file → model) both satisfy `Feed`; the
-app only ever calls `advance()`, takes `lock` to copy a snapshot, and asks `now_ns()`.
+app only ever calls `advance()`, takes `lock` to copy a snapshot, and asks `now_ns()`
+(from its update thread; replay controls come from the UI thread, so `ReplayFeed`
+serialises them). A replay feeds the model in the one order of `model.clock` and,
+once its last event is in, applies the model's end-of-trace rule, as `summary` does.
 """
 
 from __future__ import annotations
