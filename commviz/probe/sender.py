@@ -43,8 +43,9 @@ class Sender:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.connected = False
-        self.backlog: collections.deque = collections.deque()  # (payload, n_events)
+        self.backlog: collections.deque = collections.deque()  # (payload, n_events, in the trace)
         self.backlog_events = 0
+        self.backlog_untraced = 0  # of those, events the trace does not hold either
         self._carry: list = []  # drained at exit, sent with the final flush
         self.client = None
         self.trace = None
@@ -178,8 +179,10 @@ class Sender:
         events = self._carry + self._drain()
         self._carry = []
         if final is not None:
-            # The goodbye counts what the watcher will not have got, this batch included.
-            undelivered = self.health.dropped + self.backlog_events + (0 if self.connected else len(events) + 2)
+            # The goodbye counts what neither the watcher nor the trace will have got,
+            # this batch included: an event only the trace holds is not lost.
+            unsent = 0 if self.connected or self.trace is not None else len(events) + 2
+            undelivered = self.health.dropped + self.backlog_untraced + unsent
             final = [Goodbye(f.t, undelivered, f.reason) if isinstance(f, Goodbye) else f for f in final]
         now = time.monotonic()
         if final is not None or now - self._last_counters >= COUNTERS_EVERY_S:
@@ -202,16 +205,26 @@ class Sender:
                 self.health.trace_errors += 1
                 self.health.warn_once("trace-write", f"trace write failed ({exc}); the job goes on, trace stops here")
                 self.trace = None
+        traced = self.trace is not None
         if self.client is None:
-            self.health.dropped += len(events)
+            if not traced:
+                self.health.dropped += len(events)
             return
-        self.backlog.append((payload, len(events)))
+        self.backlog.append((payload, len(events), traced))
         self.backlog_events += len(events)
+        self.backlog_untraced += 0 if traced else len(events)
         while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
-            _, n = self.backlog.popleft()
-            self.backlog_events -= n
-            self.health.dropped += n
+            self._pop_backlog(lost=True)
         self._send_backlog()
+
+    def _pop_backlog(self, lost: bool) -> None:
+        """`dropped` counts events that reached neither a watcher nor the trace."""
+        _, n, traced = self.backlog.popleft()
+        self.backlog_events -= n
+        if not traced:
+            self.backlog_untraced -= n
+            if lost:
+                self.health.dropped += n
 
     def _send_backlog(self) -> None:
         if not self.connected:
@@ -221,12 +234,10 @@ class Sender:
                 return
             self.connected = True
         while self.backlog:
-            payload, n = self.backlog[0]
-            if not self.client.send(payload):
+            if not self.client.send(self.backlog[0][0]):
                 self.connected = False
                 return
-            self.backlog.popleft()
-            self.backlog_events -= n
+            self._pop_backlog(lost=False)
 
     def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
         """Last flush with a goodbye; bounded in time so exit is never held up."""
@@ -245,7 +256,7 @@ class Sender:
                 break
             time.sleep(0.005)
         try:
-            self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_events, reason)])
+            self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_untraced, reason)])
         finally:
             if self.sampler is not None:
                 self.sampler.close()

@@ -53,8 +53,8 @@ def test_trace_dir_without_any_watcher(isolated_env):
     assert sorted(os.listdir(tdir)) == [f"rank-{r}.cvz" for r in range(4)]  # clean exits leave no crash ring
     s = summary_json(tdir)
     check_allreduce_summary(s, ranks=4, iters=50, nbytes=4096)
-    # nobody was listening: each rank says how many events never reached a watcher
-    assert all(r["dropped"] > 0 for r in s["ranks"])
+    # nobody was listening, but the trace holds every event: nothing was dropped
+    assert all(r["dropped"] == 0 for r in s["ranks"])
 
 
 def events_by_rank(path):

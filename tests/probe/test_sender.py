@@ -70,18 +70,53 @@ def test_backlog_is_bounded_and_overflow_is_counted(monkeypatch):
     assert s.health.dropped >= 8
 
 
-def test_goodbye_counts_what_never_reached_a_watcher(tmp_path):
+def _trace_events(path):
+    from commviz.trace.file import load
+
+    return [e for b in load(path).batches for e in b.events]
+
+
+def test_with_a_trace_and_no_watcher_nothing_is_dropped(tmp_path):
+    """Events the trace holds are not lost: `dropped` stays 0 though none streamed."""
     s, q = make_sender(tmp_path)
     for i in range(5):
         start(q, i)
+    s.flush()
+    for i in range(5, 8):
+        start(q, i)
     s.stop()
-    from commviz.trace.file import load
-
-    evs = [e for b in load(tmp_path / "rank-0.cvz").batches for e in b.events]
+    evs = _trace_events(tmp_path / "rank-0.cvz")
     assert isinstance(evs[0], Hello)
+    assert sum(isinstance(e, OpStart) for e in evs) == 8  # the trace has them all
     bye = evs[-1]
-    assert isinstance(bye, Goodbye) and bye.dropped >= 5
-    assert sum(isinstance(e, OpStart) for e in evs) == 5  # the trace has them all
+    assert isinstance(bye, Goodbye) and bye.dropped == 0
+    assert s.health.dropped == 0
+    assert all(e.dropped == 0 for e in evs if type(e).__name__ == "Counters")
+
+
+def test_backlog_overflow_with_a_trace_is_not_dropped(tmp_path, monkeypatch):
+    monkeypatch.setattr(sender_mod, "BACKLOG_EVENTS", 10)
+    s, q = make_sender(tmp_path)
+    for i in range(20):
+        start(q, i)
+        s.flush()
+    assert s.backlog_events <= 10 + 2 and s.health.dropped == 0
+
+
+def test_goodbye_counts_what_reached_neither_a_watcher_nor_a_trace():
+    s, q = make_sender()
+    emitted = []
+    emit = s._emit
+    s._emit = lambda evs: emitted.extend(evs) or emit(evs)
+    for i in range(5):
+        start(q, i)
+    s.flush()  # in the backlog: a watcher may still come, nothing is lost yet
+    assert s.health.dropped == 0
+    start(q, 5)
+    s.stop()
+    assert s.client.frames == []
+    byes = [e for e in emitted if isinstance(e, Goodbye)]
+    assert byes and byes[-1].dropped >= 6
 
 
 def test_polled_completion_is_stamped_when_the_event_reports_done():
