@@ -72,9 +72,16 @@ class LiveFeed:
                 self._procs.pop(pid, None)
         self.proc_stats = stats
 
+    def _sync_counts(self) -> None:
+        """Bad frames are counted by the reader without the model's lock and described
+        at most once a second per peer; the model learns the full count here."""
+        with self.lock:
+            self.model.decode_errors = max(self.model.decode_errors, self.server.bad_frames)
+
     def _watch_pids(self) -> None:
         """A rank on this host whose process is gone without a goodbye is dead."""
         while not self._stop.wait(LIVENESS_EVERY_S):
+            self._sync_counts()
             self.collect_rings()
             with self.lock:
                 candidates = [
@@ -162,12 +169,15 @@ class LiveFeed:
         pass
 
     def status(self) -> str:
-        m = self.model
+        m, srv = self.model, self.server
         bits = [f"listening on {self.addr}", f"{len(m.ranks)} ranks", f"{m.events} events"]
-        if m.decode_errors:
-            bits.append(f"{m.decode_errors} bad frames")
-        if self.server.denied:
-            bits.append(f"{self.server.denied} peers refused (no token)")
+        if srv.bad_frames:
+            bits.append(f"{srv.bad_frames} bad frames")
+        if srv.shed_frames:
+            worst = ", ".join(f"{p} {n}" for p, n in srv.shed.top(2))
+            bits.append(f"{srv.shed_frames} frames shed ({worst})")
+        if srv.denied:
+            bits.append(f"{srv.denied} peers refused (no token)")
         return " · ".join(bits)
 
     def all_exited(self) -> bool:
@@ -178,6 +188,7 @@ class LiveFeed:
     def close(self) -> None:
         self._stop.set()
         self.server.close()
+        self._sync_counts()
         with self.lock:
             if self.writer is not None:
                 self.writer.close()

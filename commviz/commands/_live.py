@@ -4,11 +4,10 @@ live feed (transport → model) that the dashboard or the summary reads."""
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 
 from commviz.errors import CommvizError
-from commviz.transport.address import AddressError, default_addr, is_loopback, private_dir
+from commviz.transport.address import AddressError, default_addr, private_dir
 
 
 def listen_addr(listen: str | None, private_name: str | None = None) -> str:
@@ -23,18 +22,11 @@ def listen_addr(listen: str | None, private_name: str | None = None) -> str:
 
 
 def token(addr: str) -> str | None:
-    """A listener other machines can reach only admits ranks holding a shared token
-    (COMMVIZ_TOKEN, made up here if unset; a launched job inherits it)."""
-    if is_loopback(addr):
-        return os.environ.get("COMMVIZ_TOKEN") or None
-    tok = os.environ.get("COMMVIZ_TOKEN")
-    if not tok:
-        import secrets
+    """The listener's token (transport/token.py: every TCP listener wants one); a
+    launched job inherits it through the environment."""
+    from commviz.transport.token import listener_token
 
-        tok = os.environ["COMMVIZ_TOKEN"] = secrets.token_urlsafe(18)
-        print(f"commviz: {addr} is reachable from other machines; ranks must set\n"
-              f"  export COMMVIZ_TOKEN={tok}", file=sys.stderr)
-    return tok
+    return listener_token(addr)
 
 
 def open_feed(listen: str | None, private_name: str | None, record_to: str | None, hang_after_s: float,

@@ -6,6 +6,7 @@ import os
 
 import zmq
 
+from commviz.transport import token as tokens
 from commviz.transport.address import parse
 
 SNDHWM = 256  # batches queued in zmq before sends fail and are counted as dropped
@@ -20,10 +21,9 @@ class Client:
         self.addr = addr
         self._ctx = zmq.Context(io_threads=1)
         s = self._ctx.socket(zmq.DEALER)
-        token = token if token is not None else os.environ.get("COMMVIZ_TOKEN")
+        token = token if token is not None else os.environ.get(tokens.ENV)
         if token:
-            s.setsockopt(zmq.PLAIN_USERNAME, b"commviz")
-            s.setsockopt(zmq.PLAIN_PASSWORD, token.encode())
+            tokens.present(s, token)
         s.setsockopt(zmq.IDENTITY, identity)
         # Queue only on live connections: with no watcher a send fails at once and
         # the batch is counted as dropped, instead of piling up in memory.

@@ -1,10 +1,16 @@
 """Watcher side of the wire: a zmq ROUTER that receives batches from any number of
-ranks on a background thread. Nothing from the wire is trusted: frames are size
-limited by zmq, decoded with the typed schema, and failures are counted and named
-by peer, never raised."""
+ranks. Nothing from the wire is trusted: frames are size limited by zmq, decoded with
+the typed schema, and failures are counted and named by peer, never raised.
+
+Memory for the wire is bounded in two places: zmq holds at most RCVHWM frames per
+connection (then it stops reading that connection and the kernel pushes back on the
+sender), and decoded frames wait for the model in one queue sized in bytes across all
+peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
+turned away as fast as zmq hands them over, and a flood drains instead of queueing."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import socket
 import stat
@@ -15,16 +21,23 @@ from typing import Callable
 import zmq
 
 from commviz.events import Batch, FrameError, decode_batch
+from commviz.transport import token as tokens
 from commviz.transport.address import AddressError, check_private_dir, parse
+from commviz.transport.inbox import Inbox, cost
+from commviz.transport.tally import Tally
 
-MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq
-RCVHWM = 10000
+MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq, unread
+# Frames zmq queues per connection. The reader drains far faster than a rank sends
+# (~50 frames/s); a rank whose frames are not taken keeps them in its own backlog.
+RCVHWM = 8
+QUEUE_BYTES = 64 * 1024 * 1024  # decoded frames waiting for the model, all peers together
 # A rank sends ~50 batches a second; far beyond that is a bug or an attack.
 FLOOD_FRAMES_PER_S = 2000
 # Each rank holds two connections at most (sender, flight); far more is not a job.
 MAX_PEERS = 16384
 PEER_IDLE_S = 60.0
-TOKEN_USER = "commviz"
+ROUND = 4096  # frames read per turn before the clock is read again
+BATCH_HEAD = 0x93  # every valid frame is a 3-element msgpack array (schema, rank, events)
 
 
 def _ipc_in_use(path: str) -> bool:
@@ -39,20 +52,22 @@ def _ipc_in_use(path: str) -> bool:
         s.close()
 
 
-class _AuthLog:
-    """Counts the connections the authenticator turns away (pyzmq logs them at debug)."""
+def _why_bad(payload: bytes) -> str:
+    """The reason a frame is bad, worked out only when it is described."""
+    try:
+        decode_batch(payload)
+    except FrameError as exc:
+        return str(exc)
+    return f"undecodable frame ({len(payload)} bytes)"
 
-    def __init__(self) -> None:
-        self.denied = 0
 
-    def debug(self, msg, *args) -> None:
-        if str(msg).startswith("DENIED"):
-            self.denied += 1
-
-    def error(self, msg, *args) -> None:
-        self.denied += 1
-
-    info = warning = lambda self, *a: None  # noqa: E731
+def _malloc_trim():
+    """glibc keeps freed memory in its arenas (zmq's io thread has its own); after a
+    flood, hand it back to the system so the watcher's RSS comes down again."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
 
 
 class Server:
@@ -64,36 +79,40 @@ class Server:
         token: str | None = None,
         flood_frames_per_s: int = FLOOD_FRAMES_PER_S,
         max_peers: int = MAX_PEERS,
+        queue_bytes: int = QUEUE_BYTES,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
-        self.on_batch = on_batch
         self.on_error = on_error
-        self.frames = 0
-        self.bad_frames = 0
+        self.frames = 0  # valid frames handed to the model
+        self.rejected = Tally(max_peers)  # bad frames, per peer
+        self.shed = Tally(max_peers)  # valid frames not ingested (over the rate, queue full), per peer
         self.peers: dict[bytes, float] = {}  # identity -> when last heard (monotonic s)
         self.flood_limit = flood_frames_per_s
         self.max_peers = max_peers
         self.refused = 0  # frames from peers beyond max_peers, ignored
-        self.flooded: dict[bytes, int] = {}  # peer -> frames ignored while over the limit
+        self.cpu_s = 0.0  # CPU time the reader thread used, for the flood bench
         self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
-        self._auth = None
-        self._auth_log = _AuthLog()
+        self._inbox = Inbox(queue_bytes, on_batch, on_error)
+        self._gate: tokens.Gate | None = None
+        self._trim = _malloc_trim()
         self._ipc_path = rest if kind == "ipc" else None
         if self._ipc_path:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
+        self._sock = self._bind(addr, token)
+        if kind == "tcp" and rest.endswith(":0"):
+            self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="commviz-server", daemon=True)
+
+    def _bind(self, addr: str, token: str | None) -> zmq.Socket:
         s = self._ctx.socket(zmq.ROUTER)
         if token:
-            # ZAP/PLAIN: a peer without the token never completes the handshake, so
-            # none of its frames reach us. Turned-away peers are counted.
-            from zmq.auth.thread import ThreadAuthenticator
-
-            self._auth = ThreadAuthenticator(self._ctx, log=self._auth_log)
-            self._auth.start()
-            self._auth.configure_plain(domain="commviz", passwords={TOKEN_USER: token})
-            s.setsockopt(zmq.PLAIN_SERVER, 1)
-            s.setsockopt(zmq.ZAP_DOMAIN, b"commviz")
+            # PLAIN, checked by our ZAP handler: a peer without the token never
+            # completes the handshake, so none of its frames reach us; it is counted.
+            self._gate = tokens.Gate(self._ctx, token)
+            tokens.serve_plain(s)
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)
         s.setsockopt(zmq.LINGER, 0)
@@ -102,17 +121,25 @@ class Server:
             s.bind(addr)
         except zmq.ZMQError as exc:
             s.close()
+            if self._gate is not None:
+                self._gate.close()
             self._ctx.term()
             raise AddressError(f"cannot listen on {addr}: {exc}") from None
         finally:
             os.umask(old)
         if self._ipc_path:
             os.chmod(self._ipc_path, 0o600)
-        if kind == "tcp" and rest.endswith(":0"):
-            self.addr = s.getsockopt(zmq.LAST_ENDPOINT).decode()
-        self._sock = s
-        self._stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="commviz-server", daemon=True)
+        if self._gate is not None:
+            self._gate.watch(s)
+        return s
+
+    @property
+    def bad_frames(self) -> int:
+        return self.rejected.total
+
+    @property
+    def shed_frames(self) -> int:
+        return self.shed.total
 
     @staticmethod
     def _prepare_ipc(path: str) -> None:
@@ -133,52 +160,80 @@ class Server:
             os.unlink(path)  # stale socket from a watcher that died
 
     def start(self) -> "Server":
+        self._inbox.start()
         self.thread.start()
         return self
+
+    @property
+    def denied(self) -> int:
+        """Connections turned away for want of the token."""
+        return self._gate.denied if self._gate is not None else 0
 
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        dirty = False  # something was turned away since memory was last handed back
         while not self._stop.is_set():
             try:
-                if not poller.poll(100):
-                    continue
-                while True:
-                    try:
-                        parts = self._sock.recv_multipart(zmq.NOBLOCK, copy=True)
-                    except zmq.Again:
-                        break
-                    self._handle(parts)
+                if poller.poll(100):
+                    dirty |= self._drain()
+                elif dirty and self._trim is not None:
+                    self._trim(0)  # the flood is over: give its memory back
+                    dirty = False
             except zmq.ZMQError:
                 if self._stop.is_set():
                     break
-            except Exception as exc:  # a bug in a consumer must not kill the watcher
+            except Exception as exc:  # a bug here must not kill the watcher
                 self.on_error("watcher", f"internal error: {type(exc).__name__}: {exc}")
+        self.cpu_s = time.thread_time()
 
-    @property
-    def denied(self) -> int:
-        return self._auth_log.denied
-
-    def _over_limit(self, ident: bytes) -> bool:
-        """A peer sending more than the limit in one second is ignored for the rest
-        of that second (counted), so it cannot starve the other ranks."""
+    def _drain(self) -> bool:
+        """Read up to ROUND messages. The hot path for a bad frame is two recvs, a
+        flag, a byte compare and a count: no lock, no message unless it is described.
+        True when a frame was turned away."""
+        recv, NB = self._sock.recv, zmq.NOBLOCK
         now = time.monotonic()
-        w = self._rate.get(ident)
-        if w is None or now - w[0] >= 1.0:
-            w = self._rate[ident] = [now, 0]
-        w[1] += 1
-        if w[1] > self.flood_limit:
-            n = self.flooded.get(ident, 0)
-            if n == 0:
-                self.on_error(ident.decode("utf-8", "replace"), f"over {self.flood_limit} frames/s: ignoring it for now")
-            self.flooded[ident] = n + 1
-            return True
-        return False
+        turned = False
+        for _ in range(ROUND):
+            try:
+                ident = recv(NB)
+            except zmq.Again:
+                break
+            # A ROUTER message arrives whole, so its parts are here. The payload comes
+            # as a zmq Frame only because Frame.more is far cheaper than getsockopt.
+            frame = recv(NB, copy=False)
+            if frame.more:
+                n = 2  # parts the peer sent (the identity is ours)
+                while recv(NB, copy=False).more:
+                    n += 1
+                turned = self._reject(ident, now, f"message of {n} parts, expected one frame")
+                continue
+            payload = frame.bytes
+            if not payload or payload[0] != BATCH_HEAD:
+                turned = self._reject(ident, now, None, payload)
+            else:
+                try:
+                    batch = decode_batch(payload)
+                except FrameError as exc:
+                    turned = self._reject(ident, now, str(exc))
+                    continue
+                turned |= not self._accept(ident, batch, payload, now)
+        return turned
 
-    def _handle(self, parts: list[bytes]) -> None:
-        peer = parts[0].decode("utf-8", "replace") if parts else "?"
-        ident = parts[0]
-        now = time.monotonic()
+    def _reject(self, ident: bytes, now: float, why: str | None, payload: bytes = b"") -> bool:
+        if self.rejected.add(ident, now):
+            n = self.rejected.by_peer.get(ident, 0)
+            self.on_error(_name(ident), f"{why or _why_bad(payload)} ({n} bad frames from it so far)")
+        return True
+
+    def _shed(self, ident: bytes, now: float, why: str) -> None:
+        if self.shed.add(ident, now):
+            n = self.shed.by_peer.get(ident, 0)
+            self.on_error(_name(ident), f"{why}: its frames are shed ({n} so far)")
+
+    def _accept(self, ident: bytes, batch: Batch, payload: bytes, now: float) -> bool:
+        """A valid frame: to the model, unless its peer is one too many, sends too
+        fast, or the model is too far behind. False when it was not taken."""
         if ident not in self.peers:
             if len(self.peers) >= self.max_peers:
                 # forget peers silent for a minute (ranks of finished jobs) first
@@ -188,35 +243,44 @@ class Server:
                 # connections cannot crowd out the ranks already talking to us.
                 self.refused += 1
                 if self.refused == 1:
-                    self.on_error(peer, f"more than {self.max_peers} peers: ignoring new ones")
-                return
+                    self.on_error(_name(ident), f"more than {self.max_peers} peers: ignoring new ones")
+                return False
         self.peers[ident] = now
-        if self._over_limit(ident):
-            return
-        if len(parts) != 2:
-            self.bad_frames += 1
-            self.on_error(peer, f"message of {len(parts)} parts, expected one frame")
-            return
-        payload = parts[1]
-        try:
-            batch = decode_batch(payload)
-        except FrameError as exc:
-            self.bad_frames += 1
-            self.on_error(peer, str(exc))
-            return
+        if self._over_limit(ident, now):
+            self._shed(ident, now, f"over {self.flood_limit} frames/s")
+            return False
+        if not self._inbox.put((batch, payload), cost(payload, len(batch.events))):
+            self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
+            return False
         self.frames += 1
-        self.on_batch(batch, payload)
+        return True
+
+    def _over_limit(self, ident: bytes, now: float) -> bool:
+        """A peer sending more than the limit in one second is ignored for the rest
+        of that second (counted), so it cannot starve the other ranks."""
+        w = self._rate.get(ident)
+        if w is None or now - w[0] >= 1.0:
+            if len(self._rate) >= self.max_peers:
+                self._rate.clear()
+            w = self._rate[ident] = [now, 0]
+        w[1] += 1
+        return w[1] > self.flood_limit
 
     def close(self) -> None:
         self._stop.set()
         if self.thread.is_alive():
             self.thread.join(2)
+        self._inbox.close()
+        if self._gate is not None:
+            self._gate.close()
         self._sock.close()
-        if self._auth is not None:
-            self._auth.stop()
         self._ctx.term()
         if self._ipc_path and os.path.exists(self._ipc_path):
             try:
                 os.unlink(self._ipc_path)
             except OSError:
                 pass
+
+
+def _name(ident: bytes) -> str:
+    return ident.decode("utf-8", "replace")
