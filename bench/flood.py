@@ -161,6 +161,7 @@ def main() -> None:
     ap.add_argument("--mix", choices=("random", "hostile"), default="random")
     ap.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 (with a token) instead of ipc")
     ap.add_argument("--no-dashboard", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object (for tests)")
     ap.add_argument("--_watcher", help=argparse.SUPPRESS)
     ap.add_argument("--_flood", help=argparse.SUPPRESS)
     ap.add_argument("--_peers", type=int, help=argparse.SUPPRESS)
@@ -196,6 +197,9 @@ def main() -> None:
           for i, n in enumerate(split) if n]
     sent = sum(json.loads(p.communicate(timeout=args.seconds + 60)[0])["sent"] for p in fl)
     got = json.loads(w.communicate(timeout=args.seconds + args.settle + 120)[0].strip().splitlines()[-1])
+    if args.json:
+        print(json.dumps(dict(got, peers=args.peers, sent=sent, seconds=args.seconds)))
+        return
     print(f"{os.cpu_count()} CPUs, {'tcp loopback + token' if args.tcp else 'ipc'}, mix {args.mix}, "
           f"dashboard {'off' if args.no_dashboard else 'on'}, {args.seconds:g} s flood")
     print(f"watcher read {got['frames']:,} valid frames, turned away {got['rejected']:,}, shed {got['shed']:,}; "

@@ -1,0 +1,27 @@
+"""A local flood (garbage, deeply nested msgpack, multi-part messages, 1 MB frames and
+a 20 MB one, from many peers) leaves the watcher and its dashboard within a memory
+ceiling, and the memory comes back when the flood is over. Measured in a subprocess
+by bench/flood.py; the ceiling is generous (~100 MB measured) and holds on a loaded box."""
+
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CEILING_MB = 250
+
+
+def flood(*args: str) -> dict:
+    p = subprocess.run([sys.executable, os.path.join(REPO, "bench", "flood.py"), "--json", *args],
+                       capture_output=True, text=True, timeout=180, env=dict(os.environ, PYTHONPATH=REPO))
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_hostile_flood_stays_under_the_ceiling_with_the_dashboard():
+    got = flood("--peers", "40", "--seconds", "2", "--mix", "hostile", "--settle", "1.5")
+    assert got["sent"] > 1000 and got["rejected"] > 1000  # it was a flood, and it was turned away
+    assert got["frames"] == 0  # none of it reached the model
+    assert got["peak_mb"] < CEILING_MB, got
+    assert got["end_mb"] < CEILING_MB, got
