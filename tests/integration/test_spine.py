@@ -46,6 +46,16 @@ def test_record_then_summary_is_exact(isolated_env):
     check_allreduce_summary(summary_json(out), ranks=4, iters=50, nbytes=4096)
 
 
+def test_record_on_tcp_loopback_makes_up_a_token_and_hands_it_to_the_job(isolated_env, monkeypatch):
+    monkeypatch.delenv("COMMVIZ_TOKEN", raising=False)
+    out = isolated_env / "t.cvz"
+    p = run(commviz("record", "--listen", "tcp://127.0.0.1:0", "-o", str(out), "--",
+                    *torchrun(2, ALLREDUCE, "--iters", "20", "--numel", "256")))
+    assert p.returncode == 0
+    assert "export COMMVIZ_TOKEN=" in p.stderr  # for ranks started by hand
+    check_allreduce_summary(summary_json(out), ranks=2, iters=20, nbytes=1024)  # the job held it
+
+
 def test_trace_dir_without_any_watcher(isolated_env):
     tdir = isolated_env / "traces"
     p = run(torchrun(4, ALLREDUCE, "--iters", "50", "--numel", "1024"), env={"COMMVIZ_TRACE_DIR": str(tdir)})
