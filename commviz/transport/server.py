@@ -37,6 +37,7 @@ FLOOD_FRAMES_PER_S = 2000
 MAX_PEERS = 16384
 PEER_IDLE_S = 60.0
 ROUND = 4096  # frames read per turn before the clock is read again
+COPY_UP_TO = 64 * 1024  # bigger frames are read in place until they prove valid
 BATCH_HEAD = 0x93  # every valid frame is a 3-element msgpack array (schema, rank, events)
 
 
@@ -52,8 +53,10 @@ def _ipc_in_use(path: str) -> bool:
         s.close()
 
 
-def _why_bad(payload: bytes) -> str:
+def _why_bad(payload) -> str:
     """The reason a frame is bad, worked out only when it is described."""
+    if not payload:
+        return "empty frame"
     try:
         decode_batch(payload)
     except FrameError as exc:
@@ -208,22 +211,28 @@ class Server:
                     n += 1
                 turned = self._reject(ident, now, f"message of {n} parts, expected one frame")
                 continue
-            payload = frame.bytes
+            # A big frame is looked at in place: copied only if it proves valid.
+            payload = frame.bytes if len(frame) <= COPY_UP_TO else frame.buffer
             if not payload or payload[0] != BATCH_HEAD:
-                turned = self._reject(ident, now, None, payload)
-            else:
-                try:
-                    batch = decode_batch(payload)
-                except FrameError as exc:
-                    turned = self._reject(ident, now, str(exc))
-                    continue
-                turned |= not self._accept(ident, batch, payload, now)
+                turned = self._reject(ident, now, payload)
+                continue
+            try:
+                batch = decode_batch(payload)
+            except FrameError:
+                turned = self._reject(ident, now, payload)
+                continue
+            if type(payload) is memoryview:
+                payload = bytes(payload)
+            turned |= not self._accept(ident, batch, payload, now)
         return turned
 
-    def _reject(self, ident: bytes, now: float, why: str | None, payload: bytes = b"") -> bool:
+    def _reject(self, ident: bytes, now: float, why) -> bool:
+        """Count a bad frame; `why` (the frame itself, or a reason) becomes words only
+        when the peer is described."""
         if self.rejected.add(ident, now):
             n = self.rejected.by_peer.get(ident, 0)
-            self.on_error(_name(ident), f"{why or _why_bad(payload)} ({n} bad frames from it so far)")
+            reason = why if isinstance(why, str) else _why_bad(why)
+            self.on_error(_name(ident), f"{reason} ({n} bad frames from it so far)")
         return True
 
     def _shed(self, ident: bytes, now: float, why: str) -> None:
