@@ -26,6 +26,7 @@ class LiveFeed:
         self.model = Model(hang_after_s=hang_after_s)
         self.writer = TraceWriter(record_to) if record_to else None
         self.errors: list[str] = []
+        self._unsynced = 0  # error lines the model has not counted yet
         self.host = socket.gethostname()
         self.started = time.monotonic()
         self.server = Server(addr, self._on_batch, self._on_error, token=token)
@@ -47,11 +48,12 @@ class LiveFeed:
             self.model.ingest_batch(batch)
 
     def _on_error(self, peer: str, message: str) -> None:
+        """Called by the reader thread too, which must never wait for the model's
+        lock: the line is kept here and reaches the model with the counts."""
         line = f"from {peer}: {message}"
-        with self.lock:
-            self.model.note_decode_error(line)
-            self.errors.append(line)
-            del self.errors[:-100]
+        self.errors.append(line)
+        del self.errors[:-100]
+        self._unsynced += 1
 
     def _proc_stats(self, candidates: list[tuple[int, int]]) -> None:
         """CPU% and RSS of rank processes on this host, for the Ranks panel."""
@@ -74,9 +76,14 @@ class LiveFeed:
 
     def _sync_counts(self) -> None:
         """Bad frames are counted by the reader without the model's lock and described
-        at most once a second per peer; the model learns the full count here."""
+        at most once a second per peer; the model learns the count and the last
+        description here."""
+        n, self._unsynced = self._unsynced, 0
         with self.lock:
-            self.model.decode_errors = max(self.model.decode_errors, self.server.bad_frames)
+            m = self.model
+            if n and self.errors:
+                m.note_decode_error(self.errors[-1])
+            m.decode_errors = max(m.decode_errors + max(n - 1, 0), self.server.bad_frames)
 
     def _watch_pids(self) -> None:
         """A rank on this host whose process is gone without a goodbye is dead."""

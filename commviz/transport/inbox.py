@@ -41,7 +41,8 @@ class Inbox:
 
     def put(self, item: tuple, size: int) -> bool:
         """Queue one decoded frame; False (and nothing kept) when it would not fit."""
-        if self._in - self._out + size > self.max_bytes and self._q:
+        queued = self._in - self._out  # the frame being ingested counts until it is done
+        if queued and queued + size > self.max_bytes:
             return False
         self._q.append((item, size))
         self._in += size
