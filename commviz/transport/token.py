@@ -117,7 +117,8 @@ class Gate:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(1)
+        if self._thread.is_alive():
+            self._thread.join(1)
         self._zap.close(0)
         if self._monitor is not None:
             self._monitor.close(0)

@@ -98,3 +98,16 @@ def test_launched_job_inherits_the_token(monkeypatch):
         assert launch.job_env("tcp://127.0.0.1:5557")[tokens.ENV] == token
     finally:
         os.environ.pop(tokens.ENV, None)  # listener_token sets it for this process's job
+
+
+def test_a_token_listener_that_cannot_bind_says_why(tmp_path):
+    import pytest
+
+    from commviz.transport.address import AddressError
+
+    first = Server("tcp://127.0.0.1:0", lambda b, r: None, lambda p, m: None, token="t")
+    try:
+        with pytest.raises(AddressError, match="cannot listen"):
+            Server(first.addr, lambda b, r: None, lambda p, m: None, token="t")
+    finally:
+        first.close()
