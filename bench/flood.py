@@ -7,12 +7,15 @@ running a moment after the flood (to drain), then reports what it read, what it 
 away, and its peak RSS (ru_maxrss) and its RSS at the end.
 
     python bench/flood.py [--peers 50] [--seconds 4] [--mix random|hostile] [--tcp] [--no-dashboard]
+                          [--min-rejected N]
 
 Mixes: `random` is random 64-byte frames (the cheapest frame to send, so the most
 frames per second); `hostile` adds deeply nested msgpack, multi-part messages, 1 MB
 frames of garbage and a 20 MB frame per peer (over the size limit).
 
-Floods are local only (ipc or 127.0.0.1), bounded in count and time. The last line
+Floods are local only (ipc or 127.0.0.1), bounded in count and time (never more than
+60 s; --min-rejected makes a flood last until the watcher has turned away that many
+frames, for a loaded box where the flood is slow to arrive). The last line
 is the figure: peers, frames/s sent, frames/s rejected, peak RSS.
 """
 
@@ -49,8 +52,14 @@ def _counters(feed) -> dict:
     return {"frames": s.frames, "rejected": rejected, "shed": shed, "denied": getattr(s, "denied", 0)}
 
 
-def watcher(addr: str, seconds: float, dashboard: bool, token: str | None) -> None:
-    """The watcher process: listen, say 'ready', run `seconds`, print one JSON line."""
+CAP_S = 60.0  # no flood runs longer than this, whatever else is asked
+
+
+def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_file: str,
+            dashboard: bool, token: str | None) -> None:
+    """The watcher process: listen, say 'ready'; once the flood has run `seconds` and
+    it has turned away `min_rejected` frames (or CAP_S passed), create `stop_file` (the
+    flooders stop on it), run `settle` more seconds, print one JSON line."""
     from commviz.watcher import LiveFeed
 
     kw = {"token": token} if token else {}
@@ -70,6 +79,10 @@ def watcher(addr: str, seconds: float, dashboard: bool, token: str | None) -> No
                 busy[0] = busy[0] or time.monotonic()
                 busy[1], busy[2] = time.monotonic(), n
 
+    def flood_over(t0: float) -> bool:
+        t = time.monotonic() - t0
+        return t >= CAP_S or (t >= seconds and busy[2] >= min_rejected)
+
     threading.Thread(target=sample, daemon=True).start()
     base = _rss_mb()
     if dashboard:
@@ -81,12 +94,20 @@ def watcher(addr: str, seconds: float, dashboard: bool, token: str | None) -> No
             app = WatchApp(feed, title="flood")
             async with app.run_test(size=(160, 50)) as pilot:
                 print("ready", flush=True)
-                await pilot.pause(seconds)
+                t0 = time.monotonic()
+                while not flood_over(t0):
+                    await pilot.pause(0.05)
+                open(stop_file, "w").close()
+                await pilot.pause(settle)
 
         asyncio.run(run())
     else:
         print("ready", flush=True)
-        time.sleep(seconds)
+        t0 = time.monotonic()
+        while not flood_over(t0):
+            time.sleep(0.05)
+        open(stop_file, "w").close()
+        time.sleep(settle)
     stop.set()
     end = _rss_mb()  # while still listening: what the watcher kept after the flood
     feed.close()
@@ -107,7 +128,7 @@ def _frames(mix: str, rng: random.Random) -> list:
     return pool
 
 
-def flooder(addr: str, peers: int, seconds: float, mix: str, token: str | None, seed: int) -> None:
+def flooder(addr: str, peers: int, stop_file: str, mix: str, token: str | None, seed: int) -> None:
     import zmq
 
     rng = random.Random(seed)
@@ -133,8 +154,8 @@ def flooder(addr: str, peers: int, seconds: float, mix: str, token: str | None, 
                 pass
     sent = 0
     k = 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < CAP_S and not os.path.exists(stop_file):
         for s in socks:
             for _ in range(64):
                 f = pool[k % len(pool)]
@@ -150,7 +171,7 @@ def flooder(addr: str, peers: int, seconds: float, mix: str, token: str | None, 
     for s in socks:
         s.close(0)
     ctx.term()
-    print(json.dumps({"sent": sent}), flush=True)
+    print(json.dumps({"sent": sent, "seconds": time.monotonic() - t0}), flush=True)
 
 
 def main() -> None:
@@ -158,6 +179,8 @@ def main() -> None:
     ap.add_argument("--peers", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=4.0, help="flood duration (default 4)")
     ap.add_argument("--settle", type=float, default=2.0, help="watcher runs this long after the flood")
+    ap.add_argument("--min-rejected", type=int, default=0,
+                    help="flood on (at most 60 s) until the watcher has turned away this many frames")
     ap.add_argument("--mix", choices=("random", "hostile"), default="random")
     ap.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 (with a token) instead of ipc")
     ap.add_argument("--no-dashboard", action="store_true")
@@ -165,13 +188,15 @@ def main() -> None:
     ap.add_argument("--_watcher", help=argparse.SUPPRESS)
     ap.add_argument("--_flood", help=argparse.SUPPRESS)
     ap.add_argument("--_peers", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--_stop", help=argparse.SUPPRESS)
     ap.add_argument("--_seed", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     token = os.environ.get("FLOOD_TOKEN")
     if args._watcher:
-        return watcher(args._watcher, args.seconds, not args.no_dashboard, token)
+        return watcher(args._watcher, args.seconds, args.settle, args.min_rejected, args._stop,
+                       not args.no_dashboard, token)
     if args._flood:
-        return flooder(args._flood, args._peers, args.seconds, args.mix, token, args._seed)
+        return flooder(args._flood, args._peers, args._stop, args.mix, token, args._seed)
 
     tmp = tempfile.mkdtemp(prefix="commviz-flood-")
     os.chmod(tmp, 0o700)
@@ -186,28 +211,32 @@ def main() -> None:
     else:
         addr = f"ipc://{tmp}/w.sock"
     me = [sys.executable, os.path.abspath(__file__)]
+    stop = os.path.join(tmp, "stop")
+    common = ["--_stop", stop, "--seconds", str(args.seconds), "--settle", str(args.settle), "--mix", args.mix,
+              "--min-rejected", str(args.min_rejected)]
     dash = ["--no-dashboard"] if args.no_dashboard else []
-    w = subprocess.Popen(me + ["--_watcher", addr, "--seconds", str(args.seconds + args.settle + 0.5)] + dash,
-                         stdout=subprocess.PIPE, text=True)
+    w = subprocess.Popen(me + ["--_watcher", addr] + common + dash, stdout=subprocess.PIPE, text=True)
     if w.stdout.readline().strip() != "ready":
         sys.exit("the watcher did not start")
     split = [args.peers // FLOODERS + (1 if i < args.peers % FLOODERS else 0) for i in range(FLOODERS)]
-    fl = [subprocess.Popen(me + ["--_flood", addr, "--_peers", str(n), "--_seed", str(i), "--seconds",
-                                 str(args.seconds), "--mix", args.mix], stdout=subprocess.PIPE, text=True)
+    fl = [subprocess.Popen(me + ["--_flood", addr, "--_peers", str(n), "--_seed", str(i)] + common,
+                           stdout=subprocess.PIPE, text=True)
           for i, n in enumerate(split) if n]
-    sent = sum(json.loads(p.communicate(timeout=args.seconds + 60)[0])["sent"] for p in fl)
-    got = json.loads(w.communicate(timeout=args.seconds + args.settle + 120)[0].strip().splitlines()[-1])
+    done = [json.loads(p.communicate(timeout=CAP_S + 60)[0]) for p in fl]
+    sent = sum(d["sent"] for d in done)
+    flood_s = max(d["seconds"] for d in done)
+    got = json.loads(w.communicate(timeout=CAP_S + args.settle + 120)[0].strip().splitlines()[-1])
     if args.json:
-        print(json.dumps(dict(got, peers=args.peers, sent=sent, seconds=args.seconds)))
+        print(json.dumps(dict(got, peers=args.peers, sent=sent, seconds=flood_s)))
         return
     print(f"{os.cpu_count()} CPUs, {'tcp loopback + token' if args.tcp else 'ipc'}, mix {args.mix}, "
-          f"dashboard {'off' if args.no_dashboard else 'on'}, {args.seconds:g} s flood")
+          f"dashboard {'off' if args.no_dashboard else 'on'}, {flood_s:.1f} s flood")
     print(f"watcher read {got['frames']:,} valid frames, turned away {got['rejected']:,}, shed {got['shed']:,}; "
           f"RSS {got['base_mb']:.0f} MB at start, {got['end_mb']:.0f} MB {args.settle:g} s after the flood")
     if got["reader_cpu_s"]:
         print(f"reader thread: {got['reader_cpu_s']:.2f} CPU s, {got['rejected'] / got['reader_cpu_s']:,.0f} "
               "frames rejected per CPU second (the rate on one core of its own)")
-    print(f"peers {args.peers} · sent {sent / args.seconds:,.0f} frames/s · rejected "
+    print(f"peers {args.peers} · sent {sent / flood_s:,.0f} frames/s · rejected "
           f"{got['rejected'] / got['reject_s']:,.0f} frames/s · peak RSS {got['peak_mb']:.0f} MB")
 
 

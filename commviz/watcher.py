@@ -184,7 +184,7 @@ class LiveFeed:
             worst = ", ".join(f"{p} {n}" for p, n in srv.shed.top(2))
             bits.append(f"{srv.shed_frames} frames shed ({worst})")
         if srv.denied:
-            bits.append(f"{srv.denied} peers refused (no token)")
+            bits.append(f"{srv.denied} connections refused (no valid token)")
         return " · ".join(bits)
 
     def all_exited(self) -> bool:

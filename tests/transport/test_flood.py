@@ -20,8 +20,10 @@ def flood(*args: str) -> dict:
 
 
 def test_a_hostile_flood_stays_under_the_ceiling_with_the_dashboard():
-    got = flood("--peers", "40", "--seconds", "2", "--mix", "hostile", "--settle", "1.5")
-    assert got["sent"] > 1000 and got["rejected"] > 1000  # it was a flood, and it was turned away
+    # The flood lasts until the watcher has turned away 20,000 frames (a loaded box
+    # is slow to deliver it), at least 2 s, at most 60 s.
+    got = flood("--peers", "40", "--seconds", "2", "--mix", "hostile", "--settle", "1.5", "--min-rejected", "20000")
+    assert got["rejected"] >= 20000  # it was a flood, and it was turned away
     assert got["frames"] == 0  # none of it reached the model
     assert got["peak_mb"] < CEILING_MB, got
     assert got["end_mb"] < CEILING_MB, got
