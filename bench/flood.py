@@ -80,8 +80,9 @@ def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_fi
                 busy[1], busy[2] = time.monotonic(), n
 
     def flood_over(t0: float) -> bool:
-        t = time.monotonic() - t0
-        return t >= CAP_S or (t >= seconds and busy[2] >= min_rejected)
+        """`seconds` count from the first frame turned away (flooders take a while to start)."""
+        now = time.monotonic()
+        return now - t0 >= CAP_S or (busy[0] > 0 and now - busy[0] >= seconds and busy[2] >= min_rejected)
 
     threading.Thread(target=sample, daemon=True).start()
     base = _rss_mb()

@@ -196,6 +196,9 @@ class Server:
         True when a frame was turned away."""
         recv, NB = self._sock.recv, zmq.NOBLOCK
         now = time.monotonic()
+        # Bad frames from a peer described less than a second ago are only counted,
+        # here, inline: the common case under a flood, and no call is cheaper.
+        bad, said, quiet_s = self.rejected.by_peer, self.rejected.said, self.rejected.say_every_s
         turned = False
         for _ in range(ROUND):
             try:
@@ -214,7 +217,12 @@ class Server:
             # A big frame is looked at in place: copied only if it proves valid.
             payload = frame.bytes if len(frame) <= COPY_UP_TO else frame.buffer
             if not payload or payload[0] != BATCH_HEAD:
-                turned = self._reject(ident, now, payload)
+                n = bad.get(ident)
+                if n is not None and now - said.get(ident, -quiet_s) < quiet_s:
+                    bad[ident] = n + 1
+                    turned = True
+                else:
+                    turned = self._reject(ident, now, payload)
                 continue
             try:
                 batch = decode_batch(payload)

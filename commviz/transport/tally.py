@@ -12,15 +12,18 @@ OTHERS = b"(others)"
 class Tally:
     def __init__(self, max_peers: int, say_every_s: float = 1.0) -> None:
         self.by_peer: dict[bytes, int] = {}
-        self.total = 0
         self.max_peers = max_peers
         self.say_every_s = say_every_s
-        self._said: dict[bytes, float] = {}  # peer -> when last described
+        self.said: dict[bytes, float] = {}  # peer -> when last described
+
+    @property
+    def total(self) -> int:
+        return sum(dict(self.by_peer).values())  # a copy: the reader may be adding a peer
 
     def add(self, peer: bytes, now: float) -> bool:
         """Count one frame; True when it should be described (once per peer per
-        `say_every_s`), so the caller formats a message only then."""
-        self.total += 1
+        `say_every_s`), so the caller formats a message only then. The server's hot
+        path does the common case (a known peer, described lately) inline."""
         by = self.by_peer
         n = by.get(peer)
         if n is None:
@@ -30,12 +33,12 @@ class Tally:
             else:
                 n = 0
         by[peer] = n + 1
-        said = self._said.get(peer)
+        said = self.said.get(peer)
         if said is not None and now - said < self.say_every_s:
             return False
-        if len(self._said) >= self.max_peers:
-            self._said.clear()  # at worst a peer is described twice in a second
-        self._said[peer] = now
+        if len(self.said) >= self.max_peers:
+            self.said.clear()  # at worst a peer is described twice in a second
+        self.said[peer] = now
         return True
 
     def top(self, n: int = 3) -> list[tuple[str, int]]:
