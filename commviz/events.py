@@ -79,6 +79,34 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):
     peer: int = -1
 
 
+# The probe queues ops as plain tuples in the array-like encoding of OpStart and
+# OpEnd (tag first, then the fields in order), so they are encoded as they are: no
+# Struct is built per op. This is that one layout; code that builds or reads a
+# queued record uses these names (the hot path in probe/patch.py builds it inline,
+# tests/test_events.py pins that it decodes as an OpStart).
+START = OpStart.__struct_config__.tag
+END = OpEnd.__struct_config__.tag
+_AT = {f: i + 1 for i, f in enumerate(OpStart.__struct_fields__)}
+S_ID, S_T, S_OP, S_GROUP, S_SEQ, S_BYTES, S_DTYPE, S_SHAPE = (
+    _AT["id"], _AT["t"], _AT["op"], _AT["group"], _AT["seq"], _AT["bytes"], _AT["dtype"], _AT["shape"])
+S_PEER, S_ROOT, S_ASYNC, S_REDUCE = _AT["peer"], _AT["root"], _AT["is_async"], _AT["reduce_op"]
+E_ID, E_T = 1, 2
+
+
+def start_record(op_id: int, t: int, op: str, group: str, seq: int, nbytes: int, dtype: str = "", shape=(),
+                 peer: int = -1, root: int = -1, is_async: bool = False, reduce_op: str = "",
+                 batched: bool = False, bucket: int = -1, params: int = 0) -> tuple:
+    """An OpStart as the probe queues it (trailing defaults left off, as msgspec would)."""
+    rec = (START, op_id, t, op, group, seq, nbytes, dtype, shape, peer, root, is_async, reduce_op)
+    if bucket >= 0 or params:
+        return rec + (batched, bucket, params)
+    return rec + (True,) if batched else rec
+
+
+def end_record(op_id: int, t: int, error: str = "", nbytes: int = -1, peer: int = -1) -> tuple:
+    return (END, op_id, t, error, nbytes, peer)
+
+
 class Sample(msgspec.Struct, tag="sample", array_like=True, omit_defaults=True):
     t: int
     values: dict[str, float] = {}

@@ -16,16 +16,13 @@ import threading
 import time
 
 from commviz import ops as opcat
-from commviz.events import GroupDef, Hello, Mark
+from commviz.events import E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
-from commviz.probe.sender import END, START, Sender
+from commviz.probe.sender import Sender
 from commviz.probe.work import Waiters
 from commviz.trace import ring as _ring
 
-_RING_HS, _RING_SS, _RING_MASK = _ring.HEADER_SIZE, _ring.SLOT_SIZE, _ring.SLOTS - 1
-_RING_HEAD, _RING_PMAX = _ring.SLOT_HEAD.size, _ring.PAYLOAD_MAX
-_SLOT_HEAD, _END_HEAD = _ring.SLOT_HEAD, _ring.END_HEAD
 
 
 class _TLS(threading.local):
@@ -104,9 +101,9 @@ class Probe:
         self._track_mode: dict[tuple[str, str], str] = {}
         self.late_patches: list = []  # run once torch is fully imported (probe start)
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
-        self.ring = None  # crash ring writer (trace/ring.py); ring_m is its mmap, read by the hot path
-        self.ring_m = None
-        self.ring_encode = None
+        self.ring = None  # crash ring writer (trace/ring.py)
+        self.ring_start = None  # its start/end writers while it is open, called by the hot path
+        self.ring_end = None
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         try:
@@ -175,10 +172,7 @@ class Probe:
         except Exception as exc:
             self.health.warn_once("ring", f"no crash ring ({exc}); a rank that aborts may lose its last ops")
             return ""
-        import msgspec
-
-        self.ring_encode = msgspec.msgpack.Encoder().encode
-        self.ring_m = self.ring._m
+        self.ring_start, self.ring_end = self.ring.start, self.ring.end
         return path
 
     def _hello(self, rank: int, world: int, backend: str) -> Hello:
@@ -228,7 +222,7 @@ class Probe:
             s.stop(reason)
         except Exception as exc:
             self.health.internal("shutdown", exc)
-        ring, self.ring, self.ring_m = self.ring, None, None
+        ring, self.ring, self.ring_start, self.ring_end = self.ring, None, None, None
         if ring is not None:
             ring.close(delete=True)  # everything reached the trace or the watcher
 
@@ -240,25 +234,14 @@ class Probe:
             q.append(rec)
         else:
             self.health.dropped += 1
-        ring = self.ring_m
-        if ring is not None and type(rec) is tuple:
+        if self.ring_start is not None and type(rec) is tuple:
             try:
                 if rec[0] == END:
-                    _END_HEAD.pack_into(ring, _RING_HS + (rec[1] & _RING_MASK) * _RING_SS, rec[2], 2)
+                    self.ring_end(rec[E_ID], rec[E_T])
                 else:
-                    self.ring_start(rec)
+                    self.ring_start(rec[S_ID], rec)
             except Exception as exc:
                 self.health.internal("ring", exc)
-
-    def ring_start(self, start: tuple) -> None:
-        """The start goes to the crash ring at once (see trace/ring.py)."""
-        ring = self.ring_m
-        payload = self.ring_encode(start)
-        n = len(payload)
-        if n <= _RING_PMAX:
-            off = _RING_HS + (start[1] & _RING_MASK) * _RING_SS
-            ring[off + _RING_HEAD : off + _RING_HEAD + n] = payload
-            _SLOT_HEAD.pack_into(ring, off, 0, 1, n, start[1])
 
     def group_info(self, pg) -> GroupInfo | None:
         if pg is None:
@@ -332,8 +315,8 @@ class Probe:
         is_async = am.is_async(args, kwargs)
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push((START, op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
-                   reduce_name(red) if red is not None else ""))
+        self.push(start_record(op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
+                               reduce_name(red) if red is not None else ""))
         return Rec(op_id, spec.name, t0, peer, cuda, g.backend)
 
     def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
@@ -359,8 +342,8 @@ class Probe:
         seq = self.next_seq(g, "send" if name == "isend" else "recv", peer)
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push((START, op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer, -1,
-                   True, "", True))
+        self.push(start_record(op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
+                               is_async=True, batched=True))
         return Rec(op_id, name, t0, peer, t.is_cuda, g.backend)
 
     def begin_bucket(self, pg, bucket) -> Rec | None:
@@ -374,15 +357,15 @@ class Probe:
         seq = self.next_seq(g)
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push((START, op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
-                   -1, -1, True, "SUM", False, bucket.index(), len(bucket.parameters())))
+        self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
+                               is_async=True, reduce_op="SUM", bucket=bucket.index(), params=len(bucket.parameters())))
         return Rec(op_id, "ddp_bucket", t0, -1, buf.is_cuda, g.backend)
 
     def end_now(self, rec: Rec, error: str = "") -> None:
-        self.push((END, rec.id, time.monotonic_ns(), error, -1, -1))
+        self.push(end_record(rec.id, time.monotonic_ns(), error))
 
     def fail(self, rec: Rec, exc: BaseException) -> None:
-        self.push((END, rec.id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
+        self.push(end_record(rec.id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500]))
 
     def complete(self, rec: Rec, result, inner_bytes: int | None) -> None:
         nbytes = inner_bytes if inner_bytes is not None else -1
@@ -399,12 +382,12 @@ class Probe:
         if rec.cuda:
             self._track_cuda(rec, nbytes)
             return
-        self.push((END, rec.id, time.monotonic_ns(), "", nbytes, peer))
+        self.push(end_record(rec.id, time.monotonic_ns(), "", nbytes, peer))
 
     # ---------------------------------------------------- async completion
 
     def _work_done(self, op_id: int, t: int, err: str) -> None:
-        self.push((END, op_id, t, err, -1, -1))
+        self.push(end_record(op_id, t, err))
 
     def track(self, rec: Rec, work, nbytes: int = -1) -> None:
         """Stamp the end of an async op when its Work completes, however the backend
@@ -451,7 +434,7 @@ class Probe:
                     return
                 except Exception as exc:
                     self.health.internal("cuda completion", exc)
-            push((END, op_id, t, err, nbytes, -1))
+            push(end_record(op_id, t, err, nbytes))
 
         fut.add_done_callback(done)
 

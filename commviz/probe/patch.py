@@ -19,7 +19,6 @@ from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.probe.core import _DTYPE_NAMES, Rec, dtype_name, reduce_name
 from commviz.probe.sender import END, START
-from commviz.trace import ring as _ring
 
 _lock = threading.Lock()
 _probe = None
@@ -119,8 +118,6 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     groups = probe.groups
     clock = time.monotonic_ns
     dtypes = _DTYPE_NAMES
-    end_head, ring_hs, ring_ss, ring_mask = _ring.END_HEAD.pack_into, _ring.HEADER_SIZE, _ring.SLOT_SIZE, _ring.SLOTS - 1
-    slot_head, ring_head, ring_pmax = _ring.SLOT_HEAD.pack_into, _ring.SLOT_HEAD.size, _ring.PAYLOAD_MAX
 
     def nested(args, kwargs, depth):
         # Only the outer call's direct children count towards its bytes: send
@@ -187,14 +184,9 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
                         q.append(start)
                     else:
                         health.dropped += 1
-                    rm = probe.ring_m
-                    if rm is not None:  # the crash ring, inlined (see trace/ring.py)
-                        payload = probe.ring_encode(start)
-                        k = len(payload)
-                        if k <= ring_pmax:
-                            off = ring_hs + (op_id & ring_mask) * ring_ss
-                            rm[off + ring_head : off + ring_head + k] = payload
-                            slot_head(rm, off, 0, 1, k, op_id)
+                    ring_start = probe.ring_start
+                    if ring_start is not None:  # the crash ring (trace/ring.py)
+                        ring_start(op_id, start)
                     cuda = x.is_cuda
                     rec = True  # the Rec object is only built when needed (async, error, CUDA)
             else:
@@ -231,9 +223,9 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
                 q.append((END, op_id, t1, "", -1, -1))
             else:
                 health.dropped += 1
-            ring = probe.ring_m
-            if ring is not None:
-                end_head(ring, ring_hs + (op_id & ring_mask) * ring_ss, t1, 2)
+            ring_end = probe.ring_end
+            if ring_end is not None:
+                ring_end(op_id, t1)
             return result
         try:
             if rec is True:

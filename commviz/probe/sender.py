@@ -9,14 +9,11 @@ import os
 import threading
 import time
 
-from commviz.events import Counters, Goodbye, GroupDef, Hello, Sample, encode_batch
+from commviz.events import E_ID, END, START, S_ID, S_T, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
 from commviz.probe.health import Health
 
-# The training thread queues ops as plain tuples shaped like the wire encoding of
-# the array-like tagged structs (tag first, then the fields in order), so they are
-# encoded as they are: no Struct is built per op. Rarer events are queued as Structs.
-START = "start"
-END = "end"
+# The training thread queues ops as plain tuples in the layout events.py defines
+# (start_record / end_record); rarer events are queued as Structs.
 
 COUNTERS_EVERY_S = 1.0
 MAX_BATCH = 4096  # events per frame
@@ -134,7 +131,7 @@ class Sender:
             return
         cutoff = time.monotonic_ns() - self.stack_after_ns
         for op_id, start in list(self.inflight.items()):
-            if start[2] <= cutoff and op_id not in self._stacked:
+            if start[S_T] <= cutoff and op_id not in self._stacked:
                 self._stacked.add(op_id)
                 stack = self.on_long_op(op_id)
                 if stack is not None:
@@ -151,7 +148,7 @@ class Sender:
             except Exception as exc:
                 done, error = True, f"{type(exc).__name__}: {exc}"
             if done:
-                self.end_sink((END, op_id, time.monotonic_ns(), error, nbytes, -1))
+                self.end_sink(end_record(op_id, time.monotonic_ns(), error, nbytes))
             else:
                 keep.append((op_id, poll, nbytes))
         if keep:
@@ -167,9 +164,9 @@ class Sender:
             rec = pop()
             if type(rec) is tuple:
                 if rec[0] == START:
-                    inflight[rec[1]] = rec
+                    inflight[rec[S_ID]] = rec
                 else:
-                    inflight.pop(rec[1], None)
+                    inflight.pop(rec[E_ID], None)
             elif isinstance(rec, GroupDef):
                 self.groups.append(rec)
             out.append(rec)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from commviz.events import Batch, FrameError, decode_batch
+from commviz.trace.ring import SUFFIX as RING_SUFFIX
 
 MAGIC = b"CVZT"
 FORMAT_VERSION = 1
@@ -18,7 +19,6 @@ HEADER = struct.Struct("<4sHH")  # magic, format version, reserved
 LEN = struct.Struct("<I")
 MAX_FRAME = 16 * 1024 * 1024  # bigger than any batch the probe writes; guards allocation
 SUFFIX = ".cvz"
-RING_SUFFIX = ".ring"
 
 
 class TraceError(ValueError):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import msgspec
 
-from commviz.events import OpEnd, OpStart
+from commviz.events import S_SHAPE, OpEnd, OpStart
 
 MAGIC = b"CVZR"
 VERSION = 1
@@ -47,8 +47,10 @@ class RingError(ValueError):
 
 
 class RingWriter:
-    """Rank side. `start`/`end` run on the caller's thread: an encode and two
-    memory writes, no system call."""
+    """Rank side. `start(op_id, record)` and `end(op_id, t)` run on the caller's
+    thread: an encode and two memory writes, no system call. They are closures
+    over the mapping (no attribute reads per op); this is the one copy of the slot
+    layout's writing side, the hot path calls it."""
 
     def __init__(self, path: str, rank: int) -> None:
         import mmap
@@ -62,22 +64,7 @@ class RingWriter:
         finally:
             os.close(fd)
         HEADER.pack_into(self._m, 0, MAGIC, VERSION, 0, rank, os.getpid(), SLOTS, SLOT_SIZE)
-        self._enc = msgspec.msgpack.Encoder()
-        self._mask = SLOTS - 1
-
-    def start(self, op_id: int, record: tuple) -> None:
-        payload = self._enc.encode(record)
-        if len(payload) > PAYLOAD_MAX:  # a huge shape: keep the rest of the start
-            payload = self._enc.encode(record[:8] + ((),) + record[9:])
-            if len(payload) > PAYLOAD_MAX:
-                return
-        off = HEADER_SIZE + (op_id & self._mask) * SLOT_SIZE
-        m = self._m
-        m[off + SLOT_HEAD.size : off + SLOT_HEAD.size + len(payload)] = payload
-        SLOT_HEAD.pack_into(m, off, 0, 1, len(payload), op_id)
-
-    def end(self, op_id: int, t: int) -> None:
-        END_HEAD.pack_into(self._m, HEADER_SIZE + (op_id & self._mask) * SLOT_SIZE, t, 2)
+        self.start, self.end = _slot_writers(self._m, msgspec.msgpack.Encoder().encode)
 
     def close(self, delete: bool) -> None:
         """A clean exit leaves nothing to recover: the ring is removed."""
@@ -87,6 +74,32 @@ class RingWriter:
                 os.unlink(self.path)
             except OSError:
                 pass
+
+
+def _slot_writers(m, encode):
+    head, pack_head, pack_end = SLOT_HEAD.size, SLOT_HEAD.pack_into, END_HEAD.pack_into
+    mask, pmax = SLOTS - 1, PAYLOAD_MAX
+
+    def start(op_id: int, record: tuple) -> None:
+        payload = encode(record)
+        n = len(payload)
+        off = HEADER_SIZE + (op_id & mask) * SLOT_SIZE
+        if n > pmax:  # a huge shape: keep the rest of the start
+            payload = encode(record[:S_SHAPE] + ((),) + record[S_SHAPE + 1 :])
+            n = len(payload)
+            if n > pmax:
+                # Still too big: the slot must not keep the op it held 1,024 ops ago,
+                # or this op's end would mark that stale start as ended. An empty
+                # payload under this op id is skipped by the reader.
+                pack_head(m, off, 0, 0, 0, op_id)
+                return
+        m[off + head : off + head + n] = payload
+        pack_head(m, off, 0, 1, n, op_id)
+
+    def end(op_id: int, t: int) -> None:
+        pack_end(m, HEADER_SIZE + (op_id & mask) * SLOT_SIZE, t, 2)
+
+    return start, end
 
 
 def read_ring(path: str | os.PathLike) -> tuple[int, int, list]:

@@ -238,3 +238,24 @@ def test_a_new_default_group_after_destroy_starts_its_sequence_afresh(probe):
     got = ops_of(probe, job)
     assert len(got) == 2 and got[1][0].seq == 0
     assert probe.default_group.pg is c10d._get_default_group()
+
+
+def test_crash_ring_through_the_hot_path_keeps_the_last_1024_ops_and_their_ends(probe):
+    from commviz.trace.ring import SLOTS, read_ring
+
+    probe.shutdown()  # a fresh ring
+    t = torch.ones(4)
+    huge = torch.empty(0).as_strided((0,) + (70000,) * 59, (0,) * 60)  # 60 dims: a start over a slot's size
+    for i in range(1_100):
+        dist.all_reduce(huge if i == 1_050 else t)
+    _, _, events = read_ring(probe.trace_path.parent / "rank-0.ring")
+    probe.shutdown()
+    starts = {e.id: e for e in events if isinstance(e, OpStart)}
+    ends = {e.id: e for e in events if isinstance(e, OpEnd)}
+    ids = sorted(starts)
+    assert len(ids) == SLOTS and ids == list(range(ids[0], ids[0] + SLOTS)) and sorted(ends) == ids
+    seqs = [starts[i].seq for i in ids]
+    assert seqs == list(range(seqs[0], seqs[0] + SLOTS))
+    big = starts[ids[1_050 - (1_100 - SLOTS)]]
+    assert (big.bytes, big.shape) == (0, []) and all(starts[i].shape == [4] for i in ids if starts[i] is not big)
+    assert all(ends[i].t >= starts[i].t for i in ids)
