@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 
+from commviz.probe.core import DEPTH, WANT_INNER
+
 
 class _Dispatch:
     """The hook registered for models without one; the user's hook, once given, runs instead."""
@@ -40,16 +42,17 @@ def bucket_hook(probe, hook, pg):
             rec = None
         if rec is None:
             return hook(state, bucket)
-        depth = tls.depth
-        tls.depth = depth + 1
-        tls.want_inner = False
+        st = tls.s
+        depth, want_inner = st[DEPTH], st[WANT_INNER]
+        st[DEPTH] = depth + 1
+        st[WANT_INNER] = False
         try:
             fut = hook(state, bucket)
         except BaseException as exc:
-            tls.depth = depth
+            st[DEPTH], st[WANT_INNER] = depth, want_inner
             probe.fail(rec, exc)
             raise
-        tls.depth = depth
+        st[DEPTH], st[WANT_INNER] = depth, want_inner
         try:
             probe.track_future(rec, fut)
         except Exception as exc:

@@ -17,8 +17,8 @@ import time
 
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
-from commviz.probe.core import _DTYPE_NAMES, Rec, dtype_name, reduce_name
-from commviz.probe.sender import END, START
+from commviz.events import END, S_T, START, end_record
+from commviz.probe.core import _DTYPE_NAMES, COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, dtype_name, reduce_name
 
 _lock = threading.Lock()
 _probe = None
@@ -31,11 +31,16 @@ class ArgMap:
 
     def __init__(self, fn, spec: opcat.OpSpec) -> None:
         self.spec = spec
-        names = list(inspect.signature(fn).parameters)
-        self._pos = {n: i for i, n in enumerate(names)}
-        self._defaults = {
-            n: p.default for n, p in inspect.signature(fn).parameters.items() if p.default is not inspect.Parameter.empty
-        }
+        params = inspect.signature(fn).parameters
+        self._pos = {n: i for i, n in enumerate(params)}
+        self._defaults = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+
+    def pos(self, name: str) -> int:
+        """Where `name` sits among the positional arguments (NOWHERE if it cannot)."""
+        return self._pos.get(name, NOWHERE) if name else NOWHERE
+
+    def default(self, name: str):
+        return self._defaults.get(name) if name else None
 
     def get(self, args, kwargs, name):
         i = self._pos.get(name)
@@ -76,7 +81,9 @@ class ArgMap:
             return 0, "", [], False
         x = self.get(args, kwargs, self.spec.bytes_arg)
         if rule == opcat.TENSOR_LIST or rule == opcat.TENSOR_LIST_TIMES_N:
-            if not x:
+            # len(), not truth: `not x` on a one-tensor list asks the tensor for its
+            # truth value, which on a GPU synchronizes the device.
+            if x is None or len(x) == 0:
                 return 0, "", [], False
             t = x[0]
             nbytes = sum(e.nbytes for e in x)
@@ -91,108 +98,66 @@ class ArgMap:
         return nbytes, dtype_name(x.dtype), list(x.shape), x.is_cuda
 
 
+NOWHERE = 1 << 30  # a position no call reaches: `len(args) > NOWHERE` is never true
+
+
 def _wrap(orig, spec: opcat.OpSpec, probe):
     am = ArgMap(orig, spec)
-    tls = probe.tls
-    health = probe.health
-    name = spec.name
-    inner_rule = spec.bytes_rule == opcat.INNER
-    # Fast path (most calls in real jobs): one tensor, no root — all_reduce,
-    # all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, send/recv …
-    # Argument positions are resolved here, once; the call does index lookups only.
+    # Most calls in real jobs pass one tensor and no root: all_reduce,
+    # all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, send/recv…
+    # They get a wrapper specialised at patch time; the rest go through Probe.begin.
     fast = spec.bytes_rule == opcat.TENSOR and not (spec.kind == opcat.COLLECTIVE and spec.root_arg)
-    p2p = spec.kind == opcat.P2P
-    pos = am._pos
-    bi = pos.get(spec.bytes_arg, 99)
-    gi = pos.get("group", 99)
-    ai = pos.get("async_op", 99)
-    ri = pos.get(spec.reduce_arg, 99) if spec.reduce_arg else 99
-    red_default = am._defaults.get(spec.reduce_arg) if spec.reduce_arg else None
-    red_default_name = reduce_name(red_default) if red_default is not None else ""
-    pi = pos.get(spec.root_arg, 99) if p2p else 99
-    always_async = name in ("isend", "irecv")
-    seq_key = (0 if spec.direction == "send" else 1) if p2p else 0
-    q = probe.queue
-    cap = probe.cfg.queue_cap
-    ids = probe.ids
-    groups = probe.groups
-    clock = time.monotonic_ns
-    dtypes = _DTYPE_NAMES
+    wrapper = (_fast_wrapper if fast else _generic_wrapper)(orig, spec, am, probe)
+    functools.update_wrapper(wrapper, orig)
+    wrapper._commviz_original = orig
+    probe.wrapper_codes.add(wrapper.__code__)
+    return wrapper
 
-    def nested(args, kwargs, depth):
-        # Only the outer call's direct children count towards its bytes: send
-        # inside send_object_list adds its tensor once, not again for its isend.
-        if depth == 1 and tls.want_inner:
+
+def _nested(orig, am: ArgMap, probe):
+    """A wrapped call made inside another: not an event. Only the outer call's
+    direct children count towards its bytes (send inside send_object_list adds
+    its tensor once, not again for its isend)."""
+    name = am.spec.name
+
+    def nested(st, args, kwargs):
+        depth = st[DEPTH]
+        if depth == 1:
             try:
                 g = probe.group_info(am.group(args, kwargs))
-                tls.inner_bytes += am.payload(args, kwargs, g.size if g else 1)[0]
+                st[INNER_BYTES] += am.payload(args, kwargs, g.size if g else 1)[0]
             except Exception as exc:
-                health.internal(name + " (nested)", exc)
-        tls.depth = depth + 1
+                probe.health.internal(name + " (nested)", exc)
+        st[DEPTH] = depth + 1
         try:
             return orig(*args, **kwargs)
         finally:
-            tls.depth = depth
+            st[DEPTH] = depth
+
+    return nested
+
+
+def _failed(probe, name: str, op_id: int, exc: BaseException) -> None:
+    try:
+        probe.push(end_record(op_id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500]))
+    except Exception as exc2:
+        probe.health.internal(name, exc2)
+
+
+def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
+    """Lists, roots, object collectives, barriers: Probe.begin reads the arguments."""
+    tls, health, name = probe.tls, probe.health, spec.name
+    inner_rule = spec.bytes_rule == opcat.INNER
+    nested = _nested(orig, am, probe)
 
     def wrapper(*args, **kwargs):
-        depth = tls.depth
-        if depth:
-            if tls.want_inner:
-                return nested(args, kwargs, depth)
+        st = tls.s
+        if st[DEPTH]:
+            if st[WANT_INNER]:
+                return nested(st, args, kwargs)
             return orig(*args, **kwargs)  # inside another wrapped call: not an event
         try:
-            if not probe.started and not probe.ensure_started():
-                return orig(*args, **kwargs)
-            if fast:  # inlined: this is the per-op cost every user pays
-                n = len(args)
-                group = args[gi] if n > gi else kwargs.get("group")
-                if group is None:
-                    g = probe.default_group or probe.group_info(None)
-                else:
-                    g = groups.get(id(group))
-                    if g is None or g.pg is not group:
-                        g = probe.group_info(group)
-                if g is None:
-                    rec = None
-                else:
-                    x = args[bi] if n > bi else kwargs[spec.bytes_arg]
-                    dt = x.dtype
-                    dtype = dtypes.get(dt) or dtype_name(dt)
-                    if p2p:
-                        peer = args[pi] if n > pi else kwargs.get(spec.root_arg)
-                        if peer is None:
-                            peer = am.rooted(args, kwargs, g)
-                        key = (seq_key, peer)
-                        seq = g.p2p_seq.get(key, 0)
-                        g.p2p_seq[key] = seq + 1
-                        is_async = always_async
-                        red = ""
-                    else:
-                        peer = -1
-                        seq = g.seq
-                        g.seq = seq + 1
-                        is_async = bool(args[ai] if n > ai else kwargs.get("async_op", False))
-                        if ri == 99:
-                            red = ""
-                        else:
-                            r = args[ri] if n > ri else kwargs.get(spec.reduce_arg, red_default)
-                            red = red_default_name if r is red_default else reduce_name(r)
-                    op_id = next(ids)
-                    t0 = clock()
-                    start = (START, op_id, t0, name, g.gid, seq, x.nbytes, dtype, x.shape, peer, -1, is_async, red)
-                    if len(q) < cap:
-                        q.append(start)
-                    else:
-                        health.dropped += 1
-                    ring_start = probe.ring_start
-                    if ring_start is not None:  # the crash ring (trace/ring.py)
-                        ring_start(op_id, start)
-                    cuda = x.is_cuda
-                    rec = True  # the Rec object is only built when needed (async, error, CUDA)
-            else:
-                rec = probe.begin(spec, am, args, kwargs)
-                if rec is not None:
-                    op_id, t0, peer, cuda, g = rec.id, rec.t0, rec.peer, rec.cuda, None
+            rec = probe.begin(spec, am, args, kwargs)
         except Exception as exc:
             # If torch rejects the call too, the arguments were bad: the user gets
             # torch's own exception and it is not our internal error.
@@ -201,45 +166,146 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
             return result
         if rec is None:
             return orig(*args, **kwargs)
-        tls.depth = 1
-        if inner_rule:
-            tls.want_inner = True
-            tls.inner_bytes = 0
+        st[DEPTH] = 1
+        st[WANT_INNER] = inner_rule
+        st[INNER_BYTES] = 0
         try:
             result = orig(*args, **kwargs)
         except BaseException as exc:
-            tls.depth = 0
-            tls.want_inner = False
-            try:
-                probe.push((END, op_id, clock(), f"{type(exc).__name__}: {exc}"[:500], -1, -1))
-            except Exception as exc2:
-                health.internal(name, exc2)
+            st[DEPTH] = 0
+            st[WANT_INNER] = False
+            _failed(probe, name, rec.id, exc)
             raise
-        tls.depth = 0
-        if result is None and not cuda and not inner_rule and tls.coalesced is None:
-            # a blocking CPU op that is done now (the common case)
-            t1 = clock()
-            if len(q) < cap:
-                q.append((END, op_id, t1, "", -1, -1))
-            else:
-                health.dropped += 1
-            ring_end = probe.ring_end
-            if ring_end is not None:
-                ring_end(op_id, t1)
-            return result
+        st[DEPTH] = 0
+        st[WANT_INNER] = False
         try:
-            if rec is True:
-                rec = Rec(op_id, name, t0, peer, cuda, g.backend)
-            if inner_rule:
-                tls.want_inner = False
-            probe.complete(rec, result, tls.inner_bytes if inner_rule else None)
+            probe.complete(rec, result, st[INNER_BYTES] if inner_rule else None)
         except Exception as exc:
             health.internal(name, exc)
         return result
 
-    functools.update_wrapper(wrapper, orig)
-    wrapper._commviz_original = orig
-    probe.wrapper_codes.add(wrapper.__code__)
+    return wrapper
+
+
+def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
+    """The per-op cost every user pays: one thread-local read, the arguments by
+    position (resolved here, once), the group and sequence number, three tensor
+    attributes, two clock reads, two appends. Everything else happens on the probe's
+    thread (encoding, I/O) or only when needed (a Rec for async, CUDA, errors)."""
+    import torch.cuda
+
+    tls, health, name, q, ids, groups = probe.tls, probe.health, spec.name, probe.queue, probe.ids, probe.groups
+    append, cap, clock, dtypes, cuda = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda
+    p2p = spec.kind == opcat.P2P
+    bi, gi = am.pos(spec.bytes_arg), am.pos("group")
+    ai = am.pos("async_op") if not p2p else NOWHERE
+    ri = am.pos(spec.reduce_arg)
+    pi = am.pos(spec.root_arg) if p2p else NOWHERE
+    red_default = am.default(spec.reduce_arg)
+    red_default_name = reduce_name(red_default) if red_default is not None else ""
+    always_async = name in ("isend", "irecv")
+    seq_key = (0 if spec.direction == "send" else 1) if p2p else 0
+    nested = _nested(orig, am, probe)
+
+    def fields(args, kwargs):
+        """(tensor, group, peer, is_async, reduce op name) of a call with keywords."""
+        x = am.get(args, kwargs, spec.bytes_arg)
+        if x is None:
+            raise TypeError(f"{name}: no tensor")
+        if p2p:
+            return x, am.group(args, kwargs), am.get(args, kwargs, spec.root_arg), always_async, ""
+        r = am.reduce_op(args, kwargs)
+        red = "" if r is None else (red_default_name if r is red_default else reduce_name(r))
+        return x, am.group(args, kwargs), -1, am.is_async(args, kwargs), red
+
+    def wrapper(*args, **kwargs):
+        st = tls.s
+        if st[DEPTH]:
+            if st[WANT_INNER]:
+                return nested(st, args, kwargs)
+            return orig(*args, **kwargs)  # inside another wrapped call: not an event
+        if not probe.started and not probe.ensure_started():
+            return orig(*args, **kwargs)
+        try:
+            n = len(args)
+            if kwargs:
+                x, group, peer, is_async, red = fields(args, kwargs)
+            else:
+                x = args[bi]
+                group = args[gi] if n > gi else None
+                if p2p:
+                    peer = args[pi] if n > pi else None
+                    is_async, red = always_async, ""
+                else:
+                    peer = -1
+                    is_async = n > ai and bool(args[ai])
+                    if n > ri:
+                        r = args[ri]
+                        red = red_default_name if r is red_default else reduce_name(r)
+                    else:
+                        red = red_default_name
+            if group is None:
+                g = probe.default_group or probe.group_info(None)
+            else:
+                g = groups.get(id(group))
+                if g is None or g.pg is not group:
+                    g = probe.group_info(group)
+            if g is not None:
+                if p2p:
+                    if peer is None:
+                        peer = am.rooted(args, kwargs, g)
+                    key = (seq_key, peer)
+                    seq = g.p2p_seq.get(key, 0)
+                    g.p2p_seq[key] = seq + 1
+                else:
+                    seq = g.seq
+                    g.seq = seq + 1
+                op_id = next(ids)
+                dt = x.dtype
+                start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt), x.shape,
+                         peer, -1, is_async, red)
+                if len(q) < cap:
+                    append(start)
+                else:
+                    health.dropped += 1
+                ring = probe.ring_start
+                if ring is not None:  # the crash ring (trace/ring.py)
+                    ring(op_id, start)
+                # No CUDA tensor exists before torch.cuda initialises: a CPU job
+                # never pays for the attribute read.
+                on_cuda = cuda._initialized and x.is_cuda
+        except Exception as exc:
+            # If torch rejects the call too, the arguments were bad: the user gets
+            # torch's own exception and it is not our internal error.
+            result = orig(*args, **kwargs)
+            health.internal(name, exc)
+            return result
+        if g is None:
+            return orig(*args, **kwargs)  # this rank is not in the group: torch does nothing either
+        st[DEPTH] = 1
+        try:
+            result = orig(*args, **kwargs)
+        except BaseException as exc:
+            st[DEPTH] = 0
+            _failed(probe, name, op_id, exc)
+            raise
+        st[DEPTH] = 0
+        if result is None and not on_cuda and st[COALESCED] is None:
+            # a blocking CPU op that is done now (the common case): its end
+            t1 = clock()
+            append((END, op_id, t1, "", -1, -1))
+            if ring is not None:
+                try:
+                    probe.ring_end(op_id, t1)
+                except Exception as exc:  # closed by shutdown on another thread
+                    health.internal("ring", exc)
+            return result
+        try:
+            probe.complete(Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result, None)
+        except Exception as exc:
+            health.internal(name, exc)
+        return result
+
     return wrapper
 
 
@@ -308,7 +374,8 @@ def _wrap_batch(orig, probe):
     tls, health = probe.tls, probe.health
 
     def batch_isend_irecv(p2p_op_list):
-        if tls.depth:
+        st = tls.s
+        if st[DEPTH]:
             return orig(p2p_op_list)
         try:
             recs = [r for r in (probe.begin_p2pop(p) for p in p2p_op_list) if r is not None]
@@ -316,16 +383,16 @@ def _wrap_batch(orig, probe):
             result = orig(p2p_op_list)  # torch rejects a bad list itself
             health.internal("batch_isend_irecv", exc)
             return result
-        tls.depth = 1
-        tls.want_inner = False
+        st[DEPTH] = 1
+        st[WANT_INNER] = False
         try:
             works = orig(p2p_op_list)
         except BaseException as exc:
-            tls.depth = 0
+            st[DEPTH] = 0
             for r in recs:
                 probe.fail(r, exc)
             raise
-        tls.depth = 0
+        st[DEPTH] = 0
         try:
             if works and len(works) == len(recs):
                 for r, w in zip(recs, works):
@@ -353,14 +420,15 @@ def _wrap_coalescing(orig, probe):
 
     @contextlib.contextmanager
     def _coalescing_manager(group=None, device=None, async_ops=False):
-        outer = tls.coalesced
+        st = tls.s
+        outer = st[COALESCED]
         recs: list = []
         with orig(group, device, async_ops) as cm:
-            tls.coalesced = recs
+            st[COALESCED] = recs
             try:
                 yield cm
             finally:
-                tls.coalesced = outer
+                st[COALESCED] = outer
         try:
             works = getattr(cm, "works", None) or []
             for r in recs:

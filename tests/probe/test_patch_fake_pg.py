@@ -259,3 +259,24 @@ def test_crash_ring_through_the_hot_path_keeps_the_last_1024_ops_and_their_ends(
     big = starts[ids[1_050 - (1_100 - SLOTS)]]
     assert (big.bytes, big.shape) == (0, []) and all(starts[i].shape == [4] for i in ids if starts[i] is not big)
     assert all(ends[i].t >= starts[i].t for i in ids)
+
+
+class _NoTruth(list):
+    """A tensor list that fails if asked its truth value: for a one-element list of
+    GPU tensors, that question reads the tensor and synchronizes the device."""
+
+    def __bool__(self):
+        raise AssertionError("the probe asked a tensor list for its truth value")
+
+
+def test_tensor_lists_are_never_asked_their_truth_value(probe):
+    t = torch.ones(4)
+    errors = probe.health.internal_errors
+
+    def job():
+        dist.all_gather(_NoTruth([torch.empty(4) for _ in range(WORLD)]), t)
+        dist.all_reduce_coalesced(_NoTruth([t]))
+
+    got = ops_of(probe, job)
+    assert [(s.op, s.bytes) for s, _ in got] == [("all_gather", 64), ("all_reduce_coalesced", 16)]
+    assert probe.health.internal_errors == errors
