@@ -19,6 +19,7 @@ from commviz import ops as opcat
 from commviz.events import E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
+from commviz.probe.names import dtype_name, reduce_name
 from commviz.probe.sender import Sender
 from commviz.probe.work import Waiters
 from commviz.trace import ring as _ring
@@ -63,27 +64,6 @@ class Rec:
         self.peer = peer
         self.cuda = cuda
         self.backend = backend
-
-
-_DTYPE_NAMES: dict = {}
-_REDUCE_NAMES: dict = {}
-
-
-def dtype_name(dtype) -> str:
-    n = _DTYPE_NAMES.get(dtype)
-    if n is None:
-        n = _DTYPE_NAMES[dtype] = str(dtype).replace("torch.", "")
-    return n
-
-
-def reduce_name(op) -> str:
-    try:
-        n = _REDUCE_NAMES.get(op)
-    except TypeError:  # unhashable custom op
-        return str(op)
-    if n is None:
-        n = _REDUCE_NAMES[op] = str(op).rsplit(".", 1)[-1]
-    return n
 
 
 class Probe:

@@ -18,7 +18,8 @@ import time
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.events import END, S_T, START, end_record
-from commviz.probe.core import _DTYPE_NAMES, COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, dtype_name, reduce_name
+from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec
+from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
 _lock = threading.Lock()
 _probe = None
@@ -52,6 +53,29 @@ class ArgMap:
 
     def group(self, args, kwargs):
         return self.get(args, kwargs, "group")
+
+    def fast_positions(self) -> tuple:
+        """What the fast wrapper reads by position: (p2p, p2p seq key, tensor, group,
+        async_op, reduce op, peer positions, the reduce op's default and its name)."""
+        s = self.spec
+        p2p = s.kind == opcat.P2P
+        red_default = self.default(s.reduce_arg)
+        return (p2p, (0 if s.direction == "send" else 1) if p2p else 0, self.pos(s.bytes_arg), self.pos("group"),
+                NOWHERE if p2p else self.pos("async_op"), self.pos(s.reduce_arg),
+                self.pos(s.root_arg) if p2p else NOWHERE, red_default,
+                reduce_name(red_default) if red_default is not None else "")
+
+    def keyword_fields(self, args, kwargs) -> tuple:
+        """(tensor, group, peer or None, is_async, reduce op name) of a call that
+        passes keywords, for the fast wrapper."""
+        s = self.spec
+        x = self.get(args, kwargs, s.bytes_arg)
+        if x is None:
+            raise TypeError(f"{s.name}: no tensor")
+        peer = self.get(args, kwargs, s.root_arg) if s.kind == opcat.P2P else -1
+        r = self.reduce_op(args, kwargs)
+        red = "" if r is None else reduce_name(r)
+        return x, self.group(args, kwargs), peer, self.is_async(args, kwargs), red
 
     def is_async(self, args, kwargs) -> bool:
         if self.spec.name in ("isend", "irecv"):
@@ -189,61 +213,37 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
 
 def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
     """The per-op cost every user pays: one thread-local read, the arguments by
-    position (resolved here, once), the group and sequence number, three tensor
-    attributes, two clock reads, two appends. Everything else happens on the probe's
-    thread (encoding, I/O) or only when needed (a Rec for async, CUDA, errors)."""
-    import torch.cuda
+    position (resolved here, once), the group and sequence number, two clock reads,
+    two appends. Encoding and I/O happen on the probe's thread, and so does reading
+    the tensor's bytes, dtype and shape where that is safe: with the crash ring off
+    (its slot needs them now), before CUDA is up (no GPU buffer is ever held, not
+    even briefly), for plain tensors (no subclass code runs on another thread). The
+    queued list then holds the tensor until the next drain, one flush interval.
+    A Rec is only built when needed (async, CUDA, coalesced)."""
+    import torch
 
     tls, health, name, q, ids, groups = probe.tls, probe.health, spec.name, probe.queue, probe.ids, probe.groups
-    append, cap, clock, dtypes, cuda = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda
-    p2p = spec.kind == opcat.P2P
-    bi, gi = am.pos(spec.bytes_arg), am.pos("group")
-    ai = am.pos("async_op") if not p2p else NOWHERE
-    ri = am.pos(spec.reduce_arg)
-    pi = am.pos(spec.root_arg) if p2p else NOWHERE
-    red_default = am.default(spec.reduce_arg)
-    red_default_name = reduce_name(red_default) if red_default is not None else ""
+    append, cap, clock, dtypes, cuda, Tensor = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda, torch.Tensor
+    p2p, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
     always_async = name in ("isend", "irecv")
-    seq_key = (0 if spec.direction == "send" else 1) if p2p else 0
     nested = _nested(orig, am, probe)
-
-    def fields(args, kwargs):
-        """(tensor, group, peer, is_async, reduce op name) of a call with keywords."""
-        x = am.get(args, kwargs, spec.bytes_arg)
-        if x is None:
-            raise TypeError(f"{name}: no tensor")
-        if p2p:
-            return x, am.group(args, kwargs), am.get(args, kwargs, spec.root_arg), always_async, ""
-        r = am.reduce_op(args, kwargs)
-        red = "" if r is None else (red_default_name if r is red_default else reduce_name(r))
-        return x, am.group(args, kwargs), -1, am.is_async(args, kwargs), red
 
     def wrapper(*args, **kwargs):
         st = tls.s
         if st[DEPTH]:
-            if st[WANT_INNER]:
-                return nested(st, args, kwargs)
-            return orig(*args, **kwargs)  # inside another wrapped call: not an event
+            return nested(st, args, kwargs) if st[WANT_INNER] else orig(*args, **kwargs)
         if not probe.started and not probe.ensure_started():
             return orig(*args, **kwargs)
         try:
             n = len(args)
             if kwargs:
-                x, group, peer, is_async, red = fields(args, kwargs)
+                x, group, peer, is_async, red = am.keyword_fields(args, kwargs)
             else:
                 x = args[bi]
                 group = args[gi] if n > gi else None
-                if p2p:
-                    peer = args[pi] if n > pi else None
-                    is_async, red = always_async, ""
-                else:
-                    peer = -1
-                    is_async = n > ai and bool(args[ai])
-                    if n > ri:
-                        r = args[ri]
-                        red = red_default_name if r is red_default else reduce_name(r)
-                    else:
-                        red = red_default_name
+                peer = (args[pi] if n > pi else None) if p2p else -1
+                is_async = always_async or (n > ai and bool(args[ai]))
+                red = red_default_name if n <= ri or args[ri] is red_default else reduce_name(args[ri])
             if group is None:
                 g = probe.default_group or probe.group_info(None)
             else:
@@ -261,19 +261,21 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     seq = g.seq
                     g.seq = seq + 1
                 op_id = next(ids)
-                dt = x.dtype
-                start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt), x.shape,
-                         peer, -1, is_async, red)
+                ring = probe.ring_start
+                if ring is None and type(x) is Tensor and not cuda._initialized:  # deferred (see above)
+                    start = [START, op_id, clock(), name, g.gid, seq, x, "", (), peer, -1, is_async, red]
+                    on_cuda = False
+                else:
+                    dt = x.dtype
+                    start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
+                             x.shape, peer, -1, is_async, red)
+                    on_cuda = cuda._initialized and x.is_cuda  # none before torch.cuda initialises
                 if len(q) < cap:
                     append(start)
                 else:
                     health.dropped += 1
-                ring = probe.ring_start
                 if ring is not None:  # the crash ring (trace/ring.py)
                     ring(op_id, start)
-                # No CUDA tensor exists before torch.cuda initialises: a CPU job
-                # never pays for the attribute read.
-                on_cuda = cuda._initialized and x.is_cuda
         except Exception as exc:
             # If torch rejects the call too, the arguments were bad: the user gets
             # torch's own exception and it is not our internal error.
@@ -290,23 +292,30 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             _failed(probe, name, op_id, exc)
             raise
         st[DEPTH] = 0
-        if result is None and not on_cuda and st[COALESCED] is None:
-            # a blocking CPU op that is done now (the common case): its end
+        if result is None and not on_cuda and st[COALESCED] is None:  # a blocking CPU op, done now
             t1 = clock()
             append((END, op_id, t1, "", -1, -1))
             if ring is not None:
-                try:
-                    probe.ring_end(op_id, t1)
-                except Exception as exc:  # closed by shutdown on another thread
-                    health.internal("ring", exc)
+                _ring_end(probe, op_id, t1)
             return result
-        try:
-            probe.complete(Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result, None)
-        except Exception as exc:
-            health.internal(name, exc)
+        _complete(probe, Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result)
         return result
 
     return wrapper
+
+
+def _ring_end(probe, op_id: int, t1: int) -> None:
+    try:
+        probe.ring_end(op_id, t1)
+    except Exception as exc:  # closed by shutdown on another thread
+        probe.health.internal("ring", exc)
+
+
+def _complete(probe, rec: Rec, result) -> None:
+    try:
+        probe.complete(rec, result, None)
+    except Exception as exc:
+        probe.health.internal(rec.op, exc)
 
 
 def _wrap_destroy(orig, probe):

@@ -9,8 +9,9 @@ import os
 import threading
 import time
 
-from commviz.events import E_ID, END, START, S_ID, S_T, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
+from commviz.events import E_ID, END, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
 from commviz.probe.health import Health
+from commviz.probe.names import dtype_name
 
 # The training thread queues ops as plain tuples in the layout events.py defines
 # (start_record / end_record); rarer events are queued as Structs.
@@ -157,20 +158,38 @@ class Sender:
 
     def _drain(self) -> list:
         q = self.queue
-        out = []
         pop = q.popleft
+        out = [pop() for _ in range(len(q))]
         inflight = self.inflight
-        for _ in range(len(q)):
-            rec = pop()
-            if type(rec) is tuple:
+        tensors: dict = {}
+        for rec in out:
+            kind = type(rec)
+            if kind is list:
+                self._fill(rec, tensors)
+                inflight[rec[S_ID]] = rec
+            elif kind is tuple:
                 if rec[0] == START:
                     inflight[rec[S_ID]] = rec
                 else:
                     inflight.pop(rec[E_ID], None)
             elif isinstance(rec, GroupDef):
                 self.groups.append(rec)
-            out.append(rec)
         return out
+
+    def _fill(self, rec: list, tensors: dict) -> None:
+        """A start queued with its tensor in the bytes field (probe/patch.py's
+        deferred path) gets the tensor's bytes, dtype and shape. `tensors` caches
+        them per tensor for this batch and holds each tensor while it does, so an
+        id stands for one tensor throughout the batch."""
+        x = rec[S_BYTES]
+        hit = tensors.get(id(x))
+        if hit is None:
+            try:
+                hit = tensors[id(x)] = (x, x.nbytes, dtype_name(x.dtype), x.shape)
+            except Exception as exc:
+                self.health.internal("tensor metadata", exc)
+                hit = (x, 0, "", ())
+        _, rec[S_BYTES], rec[S_DTYPE], rec[S_SHAPE] = hit
 
     def flush(self, final: list | None = None) -> None:
         events = self._carry + self._drain()

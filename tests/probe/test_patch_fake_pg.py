@@ -38,6 +38,24 @@ def probe(tmp_path_factory):
     mp.undo()
 
 
+@pytest.fixture(params=["ring on", "ring off"])
+def ring(request, probe):
+    """With the crash ring on, the caller's thread reads each tensor's bytes, dtype and
+    shape; with it off (and CUDA not up) the probe's thread does, when it drains."""
+    import dataclasses
+
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    cfg = probe.cfg
+    probe.shutdown()
+    probe.cfg = dataclasses.replace(cfg, ring=request.param == "ring on")
+    dist.destroy_process_group()  # sequence numbers start afresh
+    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+    yield request.param
+    probe.shutdown()
+    probe.cfg = cfg
+
+
 def ops_of(probe, fn):
     """Run fn, flush the probe, return [(OpStart, OpEnd|None)] of what fn did."""
     probe.shutdown()  # flush what earlier tests did and start a fresh trace file
@@ -67,7 +85,7 @@ def test_instrument_is_idempotent(probe):
     assert dist.all_reduce is before
 
 
-def test_collectives_bytes_and_sequence(probe):
+def test_collectives_bytes_and_sequence(probe, ring):
     t = torch.ones(256)  # 1024 bytes
 
     def job():
@@ -95,7 +113,7 @@ def test_collectives_bytes_and_sequence(probe):
     assert got[0][0].dtype == "float32" and got[0][0].shape == [256]
 
 
-def test_send_is_one_event_and_p2p_sequence_is_per_peer(probe):
+def test_send_is_one_event_and_p2p_sequence_is_per_peer(probe, ring):
     t = torch.ones(100)
 
     def job():
@@ -130,7 +148,7 @@ def test_object_collective_bytes_are_the_inner_calls(probe):
     assert e.bytes == 8 + len(f.getvalue())
 
 
-def test_sub_group_has_its_own_id_and_sequence(probe):
+def test_sub_group_has_its_own_id_and_sequence(probe, ring):
     t = torch.ones(8)
 
     def job():
@@ -145,7 +163,7 @@ def test_sub_group_has_its_own_id_and_sequence(probe):
     assert [s.group for s, _ in got if s.group == "0"] == ["0"]
 
 
-def test_users_exceptions_pass_through_unchanged(probe):
+def test_users_exceptions_pass_through_unchanged(probe, ring):
     t = torch.ones(4)
     before = probe.health.internal_errors
 
@@ -280,3 +298,24 @@ def test_tensor_lists_are_never_asked_their_truth_value(probe):
     got = ops_of(probe, job)
     assert [(s.op, s.bytes) for s, _ in got] == [("all_gather", 64), ("all_reduce_coalesced", 16)]
     assert probe.health.internal_errors == errors
+
+
+def test_each_tensor_gets_its_own_bytes_and_shape_and_is_not_held_after_a_drain(probe, ring):
+    import gc
+    import weakref
+
+    kept = []
+
+    def job():
+        for k in range(1, 40):
+            t = torch.ones(k, 2)  # a new tensor each call, dropped by the caller at once
+            kept.append(weakref.ref(t))
+            dist.all_reduce(t, op=dist.ReduceOp.MAX if k % 2 else dist.ReduceOp.SUM)
+            del t
+
+    got = ops_of(probe, job)
+    assert [(s.bytes, s.shape, s.dtype, s.reduce_op) for s, _ in got] == [
+        (8 * k, [k, 2], "float32", "MAX" if k % 2 else "SUM") for k in range(1, 40)]
+    gc.collect()
+    assert all(r() is None for r in kept)
+    assert probe.health.internal_errors == 0 or ring == "ring on"
