@@ -5,6 +5,14 @@ A call torch implements through other public calls (send → isend, object
 collectives → tensor collectives) is one event: a thread-local depth guard makes
 nested calls pass straight through, adding their bytes to the outer call when its
 bytes rule is `inner`. A user's exception passes through unchanged.
+
+Per op, the caller's thread does only what must happen there: the sequence number
+(in call order, per group, whatever thread calls), the op id, the clock reads and
+two appends. Encoding and I/O happen on the probe's thread, and so does reading the
+tensor's bytes, dtype and shape where that is safe: with the crash ring off (its
+slot needs them at once), before CUDA is up (so no GPU buffer is ever held, not even
+briefly) and for plain tensors (no subclass code runs on another thread). The
+queued record then holds the tensor until the next drain, one flush interval.
 """
 
 from __future__ import annotations
@@ -55,12 +63,14 @@ class ArgMap:
         return self.get(args, kwargs, "group")
 
     def fast_positions(self) -> tuple:
-        """What the fast wrapper reads by position: (p2p, p2p seq key, tensor, group,
-        async_op, reduce op, peer positions, the reduce op's default and its name)."""
+        """What the fast wrapper reads by position: (p2p, always async, p2p seq key,
+        tensor, group, async_op, reduce op, peer positions, the reduce op's default
+        and its name)."""
         s = self.spec
         p2p = s.kind == opcat.P2P
         red_default = self.default(s.reduce_arg)
-        return (p2p, (0 if s.direction == "send" else 1) if p2p else 0, self.pos(s.bytes_arg), self.pos("group"),
+        return (p2p, s.name in ("isend", "irecv"), (0 if s.direction == "send" else 1) if p2p else 0,
+                self.pos(s.bytes_arg), self.pos("group"),
                 NOWHERE if p2p else self.pos("async_op"), self.pos(s.reduce_arg),
                 self.pos(s.root_arg) if p2p else NOWHERE, red_default,
                 reduce_name(red_default) if red_default is not None else "")
@@ -212,20 +222,14 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
 
 
 def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
-    """The per-op cost every user pays: one thread-local read, the arguments by
-    position (resolved here, once), the group and sequence number, two clock reads,
-    two appends. Encoding and I/O happen on the probe's thread, and so does reading
-    the tensor's bytes, dtype and shape where that is safe: with the crash ring off
-    (its slot needs them now), before CUDA is up (no GPU buffer is ever held, not
-    even briefly), for plain tensors (no subclass code runs on another thread). The
-    queued list then holds the tensor until the next drain, one flush interval.
-    A Rec is only built when needed (async, CUDA, coalesced)."""
+    """The per-op cost every user pays (see the module's docstring): one
+    thread-local read, the arguments by position (resolved here, once), the group
+    and sequence number, two clock reads, two appends; a Rec only when needed."""
     import torch
 
     tls, health, name, q, ids, groups = probe.tls, probe.health, spec.name, probe.queue, probe.ids, probe.groups
     append, cap, clock, dtypes, cuda, Tensor = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda, torch.Tensor
-    p2p, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
-    always_async = name in ("isend", "irecv")
+    p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
     nested = _nested(orig, am, probe)
 
     def wrapper(*args, **kwargs):
@@ -244,12 +248,9 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 peer = (args[pi] if n > pi else None) if p2p else -1
                 is_async = always_async or (n > ai and bool(args[ai]))
                 red = red_default_name if n <= ri or args[ri] is red_default else reduce_name(args[ri])
-            if group is None:
-                g = probe.default_group or probe.group_info(None)
-            else:
-                g = groups.get(id(group))
-                if g is None or g.pg is not group:
-                    g = probe.group_info(group)
+            g = probe.default_group if group is None else groups.get(id(group))
+            if g is None or group is not None and g.pg is not group:
+                g = probe.group_info(group)  # None: this rank is not in the group
             if g is not None:
                 if p2p:
                     if peer is None:
@@ -276,9 +277,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     health.dropped += 1
                 if ring is not None:  # the crash ring (trace/ring.py)
                     ring(op_id, start)
-        except Exception as exc:
-            # If torch rejects the call too, the arguments were bad: the user gets
-            # torch's own exception and it is not our internal error.
+        except Exception as exc:  # torch's own exception first, if the arguments were bad
             result = orig(*args, **kwargs)
             health.internal(name, exc)
             return result
@@ -295,7 +294,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
         if result is None and not on_cuda and st[COALESCED] is None:  # a blocking CPU op, done now
             t1 = clock()
             append((END, op_id, t1, "", -1, -1))
-            if ring is not None:
+            if ring is not None:  # (a call: its try costs the common case nothing)
                 _ring_end(probe, op_id, t1)
             return result
         _complete(probe, Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result)
