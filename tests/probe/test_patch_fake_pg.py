@@ -319,3 +319,27 @@ def test_each_tensor_gets_its_own_bytes_and_shape_and_is_not_held_after_a_drain(
     gc.collect()
     assert all(r() is None for r in kept)
     assert probe.health.internal_errors == 0 or ring == "ring on"
+
+
+def test_threads_calling_at_once_get_each_seq_exactly_once(probe, ring):
+    import threading
+
+    t = torch.ones(4)
+    per_thread = 200
+
+    def worker(out):
+        for _ in range(per_thread):
+            dist.all_reduce(t)
+            out.append(threading.get_ident())
+
+    def job():
+        outs = [[] for _ in range(4)]
+        threads = [threading.Thread(target=worker, args=(o,)) for o in outs]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+
+    got = ops_of(probe, job)
+    assert sorted(s.seq for s, _ in got) == list(range(4 * per_thread))
+    assert all(e is not None and not e.error for _, e in got)
