@@ -274,7 +274,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 if len(q) < cap:
                     append(start)
                 else:
-                    health.dropped += 1
+                    health.dropped += 1  # the sender is stuck: drop, count, go on
                 if ring is not None:  # the crash ring (trace/ring.py)
                     ring(op_id, start)
         except Exception as exc:  # torch's own exception first, if the arguments were bad
@@ -293,7 +293,10 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
         st[DEPTH] = 0
         if result is None and not on_cuda and st[COALESCED] is None:  # a blocking CPU op, done now
             t1 = clock()
-            append((END, op_id, t1, "", -1, -1))
+            if len(q) < cap:
+                append((END, op_id, t1, "", -1, -1))
+            else:
+                health.dropped += 1
             if ring is not None:  # (a call: its try costs the common case nothing)
                 _ring_end(probe, op_id, t1)
             return result

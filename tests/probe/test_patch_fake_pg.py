@@ -343,3 +343,30 @@ def test_threads_calling_at_once_get_each_seq_exactly_once(probe, ring):
     got = ops_of(probe, job)
     assert sorted(s.seq for s, _ in got) == list(range(4 * per_thread))
     assert all(e is not None and not e.error for _, e in got)
+
+
+def test_a_stuck_probe_thread_bounds_the_queue_and_counts_every_dropped_record(probe):
+    import dataclasses
+
+    from commviz import ops
+    from commviz.probe.patch import _wrap
+
+    def noop(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    probe.shutdown()
+    dist.all_reduce(torch.ones(1))  # starts the probe again
+    cfg = probe.cfg
+    probe.cfg = dataclasses.replace(cfg, queue_cap=10)
+    wrapped = _wrap(noop, ops.CATALOGUE["all_reduce"], probe)
+    probe.cfg = cfg
+    s = probe.sender
+    s._stop.set()
+    s._wake.set()
+    s.thread.join()
+    s.flush()
+    dropped = probe.health.dropped
+    for _ in range(50):
+        wrapped(torch.ones(4))
+    assert len(probe.queue) == 10 and probe.health.dropped - dropped == 90
+    probe.shutdown()
