@@ -66,6 +66,10 @@ class Rec:
         self.backend = backend
 
 
+def _no_ring_end(op_id: int, t: int) -> None:
+    pass
+
+
 class Probe:
     def __init__(self, cfg: ProbeConfig) -> None:
         import torch.distributed as dist
@@ -89,7 +93,7 @@ class Probe:
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
         self.ring = None  # crash ring writer (trace/ring.py)
         self.ring_start = None  # its start/end writers while it is open, called by the hot path
-        self.ring_end = None
+        self.ring_end = _no_ring_end  # never None: an op that began with the ring may end after it closed
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         try:
@@ -208,7 +212,7 @@ class Probe:
             s.stop(reason)
         except Exception as exc:
             self.health.internal("shutdown", exc)
-        ring, self.ring, self.ring_start, self.ring_end = self.ring, None, None, None
+        ring, self.ring, self.ring_start, self.ring_end = self.ring, None, None, _no_ring_end
         if ring is not None:
             ring.close(delete=True)  # everything reached the trace or the watcher
 

@@ -297,20 +297,13 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 append((END, op_id, t1, "", -1, -1))
             else:
                 health.dropped += 1
-            if ring is not None:  # (a call: its try costs the common case nothing)
-                _ring_end(probe, op_id, t1)
+            if ring is not None:
+                probe.ring_end(op_id, t1)  # never raises (trace/ring.py)
             return result
         _complete(probe, Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result)
         return result
 
     return wrapper
-
-
-def _ring_end(probe, op_id: int, t1: int) -> None:
-    try:
-        probe.ring_end(op_id, t1)
-    except Exception as exc:  # closed by shutdown on another thread
-        probe.health.internal("ring", exc)
 
 
 def _complete(probe, rec: Rec, result) -> None:

@@ -161,11 +161,19 @@ class Sender:
         q = self.queue
         out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
         inflight = self.inflight
+        # A start queued as a list carries its tensor in the bytes field (probe/patch.py's
+        # deferred path): its bytes, dtype and shape are read here, once per tensor per
+        # batch. The cache holds each tensor while it does, so an id stands for one
+        # tensor throughout the batch.
         tensors: dict = {}
         for rec in out:
             kind = type(rec)
             if kind is list:
-                self._fill(rec, tensors)
+                x = rec[S_BYTES]
+                hit = tensors.get(id(x))
+                if hit is None:
+                    hit = tensors[id(x)] = self._tensor_fields(x)
+                _, rec[S_BYTES], rec[S_DTYPE], rec[S_SHAPE] = hit
                 inflight[rec[S_ID]] = rec
             elif kind is tuple:
                 if rec[0] == START:
@@ -176,20 +184,12 @@ class Sender:
                 self.groups.append(rec)
         return out
 
-    def _fill(self, rec: list, tensors: dict) -> None:
-        """A start queued with its tensor in the bytes field (probe/patch.py's
-        deferred path) gets the tensor's bytes, dtype and shape. `tensors` caches
-        them per tensor for this batch and holds each tensor while it does, so an
-        id stands for one tensor throughout the batch."""
-        x = rec[S_BYTES]
-        hit = tensors.get(id(x))
-        if hit is None:
-            try:
-                hit = tensors[id(x)] = (x, x.nbytes, dtype_name(x.dtype), x.shape)
-            except Exception as exc:
-                self.health.internal("tensor metadata", exc)
-                hit = (x, 0, "", ())
-        _, rec[S_BYTES], rec[S_DTYPE], rec[S_SHAPE] = hit
+    def _tensor_fields(self, x) -> tuple:
+        try:
+            return x, x.nbytes, dtype_name(x.dtype), x.shape
+        except Exception as exc:
+            self.health.internal("tensor metadata", exc)
+            return x, 0, "", ()
 
     def flush(self, final: list | None = None) -> None:
         events = self._carry + self._drain()

@@ -97,7 +97,10 @@ def _slot_writers(m, encode):
         pack_head(m, off, 0, 1, n, op_id)
 
     def end(op_id: int, t: int) -> None:
-        pack_end(m, HEADER_SIZE + (op_id & mask) * SLOT_SIZE, t, 2)
+        try:
+            pack_end(m, HEADER_SIZE + (op_id & mask) * SLOT_SIZE, t, 2)
+        except ValueError:  # closed: the probe shut down while this op ran on another thread
+            pass
 
     return start, end
 
