@@ -20,11 +20,12 @@ import tempfile
 import threading
 import time
 
-from overhead import med, spread
+from overhead import floors, med, spread
 
 
 def staircase(orig, probe_like):
-    """Cumulative wrappers: each step adds one piece of the hot path."""
+    """Cumulative wrappers: each step adds one piece of the hot path (and so repeats
+    the step before it: a model, not code to share)."""
     import torch
 
     clock, q = time.monotonic_ns, collections.deque()
@@ -35,15 +36,7 @@ def staircase(orig, probe_like):
             self.s = [0, False, 0, None]
 
     tls, p = TLS(), probe_like
-
-    def passthrough(*args, **kwargs):
-        return orig(*args, **kwargs)
-
-    def clocks(*args, **kwargs):
-        t0 = clock()
-        r = orig(*args, **kwargs)
-        append((t0, clock()))
-        return r
+    passthrough, clocks, clear_floor = floors(orig)
 
     def guard(*args, **kwargs):
         st = tls.s
@@ -102,7 +95,7 @@ def staircase(orig, probe_like):
         ("3 + nesting guard, started check", guard),
         ("4 + args by position, group, seq, op id", fields),
         ("5 + start record (deferred), end record", records),
-    ], q.clear
+    ], lambda: (q.clear(), clear_floor())
 
 
 def main() -> None:
