@@ -127,7 +127,10 @@ def main() -> None:
     small = torch.ones(256)
     bare = dist.all_reduce._commviz_original
     dist.all_reduce(small)  # the group is known from here on
-    steps, clear = staircase(bare, probe)
+    import types
+
+    model = types.SimpleNamespace(started=True, default_group=probe.default_group, ring_start=None)
+    steps, clear = staircase(bare, model)
     probe_q = probe.queue
 
     def real_caller_only(*a):
