@@ -82,15 +82,14 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):
 # The probe queues ops as plain tuples in the array-like encoding of OpStart and
 # OpEnd (tag first, then the fields in order), so they are encoded as they are: no
 # Struct is built per op. This is that one layout; code that builds or reads a
-# queued record uses these names (the hot path in probe/patch.py builds it inline,
-# tests/test_events.py pins that it decodes as an OpStart).
+# queued record uses these names (the hot path in probe/patch.py builds it inline;
+# tests/trace/test_ring.py and tests/probe/test_patch_fake_pg.py pin that both
+# decode as the events).
 START = OpStart.__struct_config__.tag
 END = OpEnd.__struct_config__.tag
 _AT = {f: i + 1 for i, f in enumerate(OpStart.__struct_fields__)}
-S_ID, S_T, S_OP, S_GROUP, S_SEQ, S_BYTES, S_DTYPE, S_SHAPE = (
-    _AT["id"], _AT["t"], _AT["op"], _AT["group"], _AT["seq"], _AT["bytes"], _AT["dtype"], _AT["shape"])
-S_PEER, S_ROOT, S_ASYNC, S_REDUCE = _AT["peer"], _AT["root"], _AT["is_async"], _AT["reduce_op"]
-E_ID, E_T = 1, 2
+S_ID, S_T, S_BYTES, S_DTYPE, S_SHAPE = _AT["id"], _AT["t"], _AT["bytes"], _AT["dtype"], _AT["shape"]
+E_ID, E_T = 1 + OpEnd.__struct_fields__.index("id"), 1 + OpEnd.__struct_fields__.index("t")
 
 
 def start_record(op_id: int, t: int, op: str, group: str, seq: int, nbytes: int, dtype: str = "", shape=(),

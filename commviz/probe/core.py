@@ -24,8 +24,6 @@ from commviz.probe.sender import Sender
 from commviz.probe.work import Waiters
 from commviz.trace import ring as _ring
 
-
-
 # Per-thread state of the wrappers, one list so a call reads the thread-local once
 # (a threading.local attribute costs ~50 ns, an index ~10): tls.s[DEPTH] …
 DEPTH = 0  # > 0 while inside a wrapped call: nested public calls are not events
