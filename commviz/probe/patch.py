@@ -171,6 +171,15 @@ def _nested(orig, am: ArgMap, probe):
     return nested
 
 
+def _unprobed(orig, args, kwargs, probe, name: str, exc: Exception):
+    """The probe failed before the call: run it unrecorded. If torch rejects the
+    call too, the arguments were bad: the user gets torch's own exception and it is
+    not our internal error."""
+    result = orig(*args, **kwargs)
+    probe.health.internal(name, exc)
+    return result
+
+
 def _failed(probe, name: str, op_id: int, exc: BaseException) -> None:
     try:
         probe.push(end_record(op_id, time.monotonic_ns(), f"{type(exc).__name__}: {exc}"[:500]))
@@ -193,11 +202,7 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
         try:
             rec = probe.begin(spec, am, args, kwargs)
         except Exception as exc:
-            # If torch rejects the call too, the arguments were bad: the user gets
-            # torch's own exception and it is not our internal error.
-            result = orig(*args, **kwargs)
-            health.internal(name, exc)
-            return result
+            return _unprobed(orig, args, kwargs, probe, name, exc)
         if rec is None:
             return orig(*args, **kwargs)
         st[DEPTH] = 1
@@ -222,9 +227,9 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
 
 
 def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
-    """The per-op cost every user pays (see the module's docstring): one
-    thread-local read, the arguments by position (resolved here, once), the group
-    and sequence number, two clock reads, two appends; a Rec only when needed."""
+    """The per-op cost every user pays (see the module's docstring): one thread-local
+    read, arguments by position (resolved here, once), group, seq, two clock reads,
+    two appends; a Rec only when needed."""
     import torch
 
     tls, health, name, q, ids, groups = probe.tls, probe.health, spec.name, probe.queue, probe.ids, probe.groups
@@ -253,8 +258,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 g = probe.group_info(group)  # None: this rank is not in the group
             if g is not None:
                 if p2p:
-                    if peer is None:
-                        peer = am.rooted(args, kwargs, g)
+                    peer = am.rooted(args, kwargs, g) if peer is None else peer
                     key = (seq_key, peer)
                     seq = g.p2p_seq.get(key, 0)
                     g.p2p_seq[key] = seq + 1
@@ -277,10 +281,8 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     health.dropped += 1  # the sender is stuck: drop, count, go on
                 if ring is not None:  # the crash ring (trace/ring.py)
                     ring(op_id, start)
-        except Exception as exc:  # torch's own exception first, if the arguments were bad
-            result = orig(*args, **kwargs)
-            health.internal(name, exc)
-            return result
+        except Exception as exc:
+            return _unprobed(orig, args, kwargs, probe, name, exc)
         if g is None:
             return orig(*args, **kwargs)  # this rank is not in the group: torch does nothing either
         st[DEPTH] = 1
