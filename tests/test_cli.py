@@ -64,6 +64,13 @@ def test_record_with_a_missing_program(tmp_path, capsys, monkeypatch):
     assert "command not found: no-such-program-xyz" in capsys.readouterr().err
 
 
+def test_record_fail_on_names_the_kinds(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["record", "-o", str(tmp_path / "t.cvz"), "--fail-on", "straggler,slow", "--", "true"])
+    assert e.value.code == 2
+    assert "unknown kind slow; kinds: desync, dead_rank, p2p_deadlock, hang, straggler" in capsys.readouterr().err
+
+
 def test_commands_that_take_no_job(capsys):
     assert main(["summary", "x", "--", "torchrun"]) == 2
     assert "takes no command" in capsys.readouterr().err
