@@ -37,6 +37,24 @@ def test_summary_json(tmp_path, capsys):
     assert {r["status"] for r in s["ranks"]} == {"dead"}
 
 
+def test_summary_of_a_job_record_stopped_names_record(tmp_path, capsys):
+    from commviz.events import Counters, OpStart, Stopped
+
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    for r in (0, 1):
+        w.write(encode_batch(r, [hello(r), group()]))
+    w.write(encode_batch(0, [OpStart(0, 1000, "all_reduce", "0", 0, 64), Counters(25 * 10**9)]))
+    w.write(encode_batch(1, [Counters(25 * 10**9)]))  # rank 1 never came; alive, heartbeating
+    for r in (0, 1):
+        w.write(encode_batch(r, [Stopped(25 * 10**9 + 5, "commviz record", "hang", 20.0)]))
+    w.close()
+    assert main(["summary", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "HANG: all_reduce #0" in out
+    assert "stopped by commviz record after 20 s (hang)" in out and "killed?" not in out
+
+
 def test_summary_of_a_cut_off_trace_says_so(tmp_path, capsys):
     p = tmp_path / "t.cvz"
     trace(p, cut=3)

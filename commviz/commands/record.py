@@ -101,10 +101,14 @@ def _wait(job: launch.Job, feed, hang_timeout: float | None) -> tuple[int, list]
 
         def blocking():
             with feed.lock:
-                return [d for d in feed.model.findings(time.time_ns()).diagnoses if d.kind.blocks]
+                found = [d for d in feed.model.findings(time.time_ns()).diagnoses if d.kind.blocks]
+            if found:  # the job is stopped as soon as we return: say so in the trace first
+                feed.note_stop("commviz record", ", ".join(dict.fromkeys(d.kind.value for d in found)), hang_timeout)
+            return found
 
         return job.wait_or_diagnose(blocking)
     except KeyboardInterrupt:
+        feed.note_stop("commviz record", "Ctrl-C")
         return job.interrupt(grace_s=None), []
 
 

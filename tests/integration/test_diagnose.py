@@ -43,6 +43,9 @@ def test_hang_names_the_missing_rank_and_the_line(tmp_path):
     where = user_frames(d)
     assert where[0].startswith("hang.py:") and where[1] == where[0]
     assert where[2].startswith("hang.py:") and where[2] != where[0]
+    # the saved trace says who ended the ranks (record, at its hang timeout), not "killed?"
+    assert "rank 2 never entered it" in d["message"] and "killed?" not in d["message"]
+    assert "it was stopped by commviz record after 3 s (hang)" in d["message"]
 
 
 def test_p2p_deadlock_shows_the_cycle(tmp_path):
