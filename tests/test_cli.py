@@ -122,3 +122,33 @@ def test_export_perfetto(tmp_path, capsys):
     assert {e["name"] for e in doc["traceEvents"] if e["ph"] == "i"} == {"step 0"}
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert names == {"rank 0 (h)", "rank 1 (h)"}
+
+
+def test_quitting_watch_while_the_job_runs_marks_the_stop(monkeypatch):
+    """`watch --record -- CMD`, q before the job ends: the trace says watch stopped it."""
+    from commviz.commands import _dashboard
+    from commviz.tui import app as tui_app
+
+    events: list = []
+
+    class Proc:
+        def poll(self):
+            return None
+
+    class Job:
+        proc = Proc()
+        log_path = None
+
+        def interrupt(self):
+            events.append("SIGINT")
+
+    class Feed:
+        def note_stop(self, by, reason="", after_s=0.0):
+            events.append((by, reason))
+
+        def close(self):
+            events.append("closed")
+
+    monkeypatch.setattr(tui_app.WatchApp, "run", lambda self: None)
+    assert _dashboard.run_app(Feed(), "t", job=Job()) == 0
+    assert events == [("commviz watch", "quit while it ran"), "SIGINT", "closed"]  # marked before the signal
