@@ -7,8 +7,10 @@ trusted. Structs are array-like to keep frames small (the probe sends every op).
 Schema evolution rule: new fields are appended with defaults, so an older reader
 ignores nothing it needs and a newer reader fills the gaps. A new event kind raises
 `SCHEMA_VERSION`; a frame is stamped with the lowest version that has every kind it
-carries, so the probe's ordinary frames stay readable by older watchers and only a
-frame with a new kind is refused (with the upgrade hint) by a reader older than it.
+carries (`encode_batch(..., schema=)`: the writer of a new kind says so, the probe's
+hot path does not scan its batches), so the probe's ordinary frames stay readable by
+older watchers and only a frame with a new kind is refused (with the upgrade hint) by
+a reader older than it.
 
 Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job).
 """
@@ -153,8 +155,8 @@ class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
 
 
 Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped]
-# The schema version that introduced each kind after the first.
-_SINCE = {Stopped: 2}
+BASE_SCHEMA = 1  # the version of every kind but those below
+STOPPED_SINCE = 2
 
 
 class Batch(msgspec.Struct, array_like=True):
@@ -175,8 +177,9 @@ _decoder = msgspec.msgpack.Decoder(Batch)
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
 
 
-def encode_batch(rank: int, events: list) -> bytes:
-    schema = max((_SINCE.get(type(e), 1) for e in events), default=1)
+def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
+    """`schema`: the lowest version that has every kind in `events` (`STOPPED_SINCE`
+    for a `Stopped`)."""
     return _encoder.encode(Batch(schema, rank, events))
 
 

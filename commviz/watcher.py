@@ -170,7 +170,7 @@ class LiveFeed:
     def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:
         """Before the watcher signals the job: a `Stopped` marker under every rank still
         running, recorded like any frame, so the trace (and the model) say who ended it."""
-        from commviz.events import Stopped, encode_batch
+        from commviz.events import STOPPED_SINCE, Stopped, encode_batch
 
         now = time.time_ns()
         with self.lock:
@@ -179,7 +179,7 @@ class LiveFeed:
                     continue
                 ev = Stopped(now - r.offset_ns, by, reason, after_s)  # in the rank's own clock
                 if self.writer is not None:
-                    self.writer.write(encode_batch(r.rank, [ev]))
+                    self.writer.write(encode_batch(r.rank, [ev], schema=STOPPED_SINCE))
                 self.model.ingest(r.rank, ev)
 
     # Feed protocol (read by the TUI) ------------------------------------

@@ -47,7 +47,7 @@ def test_summary_of_a_job_record_stopped_names_record(tmp_path, capsys):
     w.write(encode_batch(0, [OpStart(0, 1000, "all_reduce", "0", 0, 64), Counters(25 * 10**9)]))
     w.write(encode_batch(1, [Counters(25 * 10**9)]))  # rank 1 never came; alive, heartbeating
     for r in (0, 1):
-        w.write(encode_batch(r, [Stopped(25 * 10**9 + 5, "commviz record", "hang", 20.0)]))
+        w.write(encode_batch(r, [Stopped(25 * 10**9 + 5, "commviz record", "hang", 20.0)], schema=2))
     w.close()
     assert main(["summary", str(p)]) == 0
     out = capsys.readouterr().out

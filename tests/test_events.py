@@ -31,10 +31,10 @@ def test_round_trip_keeps_every_field():
 
 
 def test_a_stop_marker_is_stamped_with_the_schema_that_has_it():
-    from commviz.events import Stopped
+    from commviz.events import STOPPED_SINCE, Stopped
 
     st = Stopped(500, "commviz record", "hang", 20.0)
-    b = decode_batch(encode_batch(2, [st]))
+    b = decode_batch(encode_batch(2, [st], schema=STOPPED_SINCE))
     assert b.schema == 2 == SCHEMA_VERSION and b.events == [st]
     assert st.text() == "stopped by commviz record after 20 s (hang)"
     assert Stopped(1, "commviz record", "Ctrl-C").text() == "stopped by commviz record (Ctrl-C)"
