@@ -5,8 +5,14 @@ decoder: anything that does not match the schema is rejected on decode, never ha
 trusted. Structs are array-like to keep frames small (the probe sends every op).
 
 Schema evolution rule: new fields are appended with defaults, so an older reader
-ignores nothing it needs and a newer reader fills the gaps. A reader refuses a frame
-whose schema version is newer than its own (`SCHEMA_VERSION`).
+ignores nothing it needs and a newer reader fills the gaps. A new event kind raises
+`SCHEMA_VERSION`; a frame is stamped with the lowest version that has every kind it
+carries (`encode_batch(..., schema=)`: the writer of a new kind says so, the probe's
+hot path does not scan its batches), so the probe's ordinary frames stay readable by
+older watchers and only a frame with a new kind is refused (with the upgrade hint) by
+a reader older than it.
+
+Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Union
 
 import msgspec
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Monotonic nanoseconds are per host; `Hello.wall_ns - Hello.mono_ns` is the offset
 # that turns them into wall-clock nanoseconds so several hosts line up.
@@ -131,6 +137,23 @@ class Goodbye(msgspec.Struct, tag="bye", array_like=True, omit_defaults=True):
     reason: str = "exit"
 
 
+class Stopped(msgspec.Struct, tag="stopped", array_like=True, omit_defaults=True):
+    """The watcher stopped the job (`record --hang-timeout`, Ctrl-C): written into the
+    trace under each rank, in that rank's clock, just before the signal, so a post-mortem
+    says who ended the ranks rather than blaming them for dying. `after_s` is the wait
+    that made it stop (the hang timeout), 0 when it was asked to."""
+
+    t: int
+    by: str  # "commviz record"
+    reason: str = ""  # the diagnosis kinds, or "Ctrl-C"
+    after_s: float = 0.0
+
+    def text(self) -> str:
+        after = f" after {self.after_s:g} s" if self.after_s else ""
+        why = f" ({self.reason})" if self.reason else ""
+        return f"stopped by {self.by}{after}{why}"
+
+
 class Frame(msgspec.Struct, array_like=True, omit_defaults=True):
     """One Python frame of a captured stack: where the code was, not its locals."""
 
@@ -158,7 +181,9 @@ class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
     lib_dirs: list[str] = []
 
 
-Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack]
+Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped]
+BASE_SCHEMA = 1  # the version of every kind but those below
+STOPPED_SINCE = 2
 
 
 class Batch(msgspec.Struct, array_like=True):
@@ -176,10 +201,20 @@ class FrameError(ValueError):
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder(Batch)
+_head_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
 
 
-def encode_batch(rank: int, events: list) -> bytes:
-    return _encoder.encode(Batch(SCHEMA_VERSION, rank, events))
+def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
+    """`schema`: the lowest version that has every kind in `events` (`STOPPED_SINCE`
+    for a `Stopped`)."""
+    return _encoder.encode(Batch(schema, rank, events))
+
+
+def _newer(schema: int) -> FrameError:
+    return FrameError(
+        f"frame uses event schema {schema}, this commviz reads up to "
+        f"{SCHEMA_VERSION}: upgrade commviz (pip install -U commviz)"
+    )
 
 
 def decode_batch(data: bytes) -> Batch:
@@ -187,12 +222,16 @@ def decode_batch(data: bytes) -> Batch:
     try:
         batch = _decoder.decode(data)
     except msgspec.DecodeError as exc:
+        # An event kind we do not know, in a frame from a newer writer: say so.
+        try:
+            schema = _head_decoder.decode(data)[0]
+        except (msgspec.DecodeError, IndexError):
+            schema = 0
+        if schema > SCHEMA_VERSION:
+            raise _newer(schema) from None
         raise FrameError(f"undecodable frame ({len(data)} bytes): {exc}") from None
     if batch.schema > SCHEMA_VERSION:
-        raise FrameError(
-            f"frame uses event schema {batch.schema}, this commviz reads up to "
-            f"{SCHEMA_VERSION}: upgrade commviz (pip install -U commviz)"
-        )
+        raise _newer(batch.schema)
     if batch.rank < 0:
         raise FrameError(f"frame names a negative rank ({batch.rank})")
     return batch

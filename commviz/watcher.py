@@ -167,6 +167,21 @@ class LiveFeed:
                     self.model.ingest(rank, ev)
                 self.model.mark_gone(rank, "process ended without a goodbye (recovered from its crash ring)")
 
+    def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:
+        """Before the watcher signals the job: a `Stopped` marker under every rank still
+        running, recorded like any frame, so the trace (and the model) say who ended it."""
+        from commviz.events import STOPPED_SINCE, Stopped, encode_batch
+
+        now = time.time_ns()
+        with self.lock:
+            for r in self.model.ranks.values():
+                if r.hello is None or r.gone:
+                    continue
+                ev = Stopped(now - r.offset_ns, by, reason, after_s)  # in the rank's own clock
+                if self.writer is not None:
+                    self.writer.write(encode_batch(r.rank, [ev], schema=STOPPED_SINCE))
+                self.model.ingest(r.rank, ev)
+
     # Feed protocol (read by the TUI) ------------------------------------
 
     def now_ns(self) -> int:

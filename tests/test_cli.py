@@ -37,6 +37,24 @@ def test_summary_json(tmp_path, capsys):
     assert {r["status"] for r in s["ranks"]} == {"dead"}
 
 
+def test_summary_of_a_job_record_stopped_names_record(tmp_path, capsys):
+    from commviz.events import Counters, OpStart, Stopped
+
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    for r in (0, 1):
+        w.write(encode_batch(r, [hello(r), group()]))
+    w.write(encode_batch(0, [OpStart(0, 1000, "all_reduce", "0", 0, 64), Counters(25 * 10**9)]))
+    w.write(encode_batch(1, [Counters(25 * 10**9)]))  # rank 1 never came; alive, heartbeating
+    for r in (0, 1):
+        w.write(encode_batch(r, [Stopped(25 * 10**9 + 5, "commviz record", "hang", 20.0)], schema=2))
+    w.close()
+    assert main(["summary", str(p)]) == 0
+    out = capsys.readouterr().out
+    assert "HANG: all_reduce #0" in out
+    assert "stopped by commviz record after 20 s (hang)" in out and "killed?" not in out
+
+
 def test_summary_of_a_cut_off_trace_says_so(tmp_path, capsys):
     p = tmp_path / "t.cvz"
     trace(p, cut=3)
@@ -62,6 +80,13 @@ def test_record_with_a_missing_program(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     assert main(["record", "-o", str(tmp_path / "t.cvz"), "--", "no-such-program-xyz"]) == 2
     assert "command not found: no-such-program-xyz" in capsys.readouterr().err
+
+
+def test_record_fail_on_names_the_kinds(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["record", "-o", str(tmp_path / "t.cvz"), "--fail-on", "straggler,slow", "--", "true"])
+    assert e.value.code == 2
+    assert "unknown kind slow; kinds: desync, dead_rank, p2p_deadlock, hang, straggler" in capsys.readouterr().err
 
 
 def test_commands_that_take_no_job(capsys):
@@ -97,3 +122,33 @@ def test_export_perfetto(tmp_path, capsys):
     assert {e["name"] for e in doc["traceEvents"] if e["ph"] == "i"} == {"step 0"}
     names = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"}
     assert names == {"rank 0 (h)", "rank 1 (h)"}
+
+
+def test_quitting_watch_while_the_job_runs_marks_the_stop(monkeypatch):
+    """`watch --record -- CMD`, q before the job ends: the trace says watch stopped it."""
+    from commviz.commands import _dashboard
+    from commviz.tui import app as tui_app
+
+    events: list = []
+
+    class Proc:
+        def poll(self):
+            return None
+
+    class Job:
+        proc = Proc()
+        log_path = None
+
+        def interrupt(self):
+            events.append("SIGINT")
+
+    class Feed:
+        def note_stop(self, by, reason="", after_s=0.0):
+            events.append((by, reason))
+
+        def close(self):
+            events.append("closed")
+
+    monkeypatch.setattr(tui_app.WatchApp, "run", lambda self: None)
+    assert _dashboard.run_app(Feed(), "t", job=Job()) == 0
+    assert events == [("commviz watch", "quit while it ran"), "SIGINT", "closed"]  # marked before the signal

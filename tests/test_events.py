@@ -26,8 +26,28 @@ def test_round_trip_keeps_every_field():
         Goodbye(300, dropped=2),
     ]
     b = decode_batch(encode_batch(3, evs))
-    assert b.rank == 3 and b.schema == SCHEMA_VERSION
+    assert b.rank == 3 and b.schema == 1  # nothing newer in it: a schema-1 reader reads it
     assert b.events == evs
+
+
+def test_a_stop_marker_is_stamped_with_the_schema_that_has_it():
+    from commviz.events import STOPPED_SINCE, Stopped
+
+    st = Stopped(500, "commviz record", "hang", 20.0)
+    b = decode_batch(encode_batch(2, [st], schema=STOPPED_SINCE))
+    assert b.schema == 2 == SCHEMA_VERSION and b.events == [st]
+    assert st.text() == "stopped by commviz record after 20 s (hang)"
+    assert Stopped(1, "commviz record", "Ctrl-C").text() == "stopped by commviz record (Ctrl-C)"
+
+
+def test_an_unknown_kind_from_a_newer_writer_says_to_upgrade():
+    """What an older reader cannot decode, a newer schema number explains."""
+    future = msgspec.msgpack.encode([SCHEMA_VERSION + 1, 0, [["teleport", 1, 2]]])
+    with pytest.raises(FrameError, match=f"event schema {SCHEMA_VERSION + 1}.*upgrade commviz"):
+        decode_batch(future)
+    same = msgspec.msgpack.encode([SCHEMA_VERSION, 0, [["teleport", 1, 2]]])
+    with pytest.raises(FrameError, match="undecodable frame"):
+        decode_batch(same)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +91,7 @@ def test_frames_from_an_older_writer_still_load():
     old_start = ["start", 1, 100, "all_reduce", "0", 0, 4096, "float32", [1024], -1, -1, False, "SUM"]
     h = hello(0)
     old_hello = ["hello", *[getattr(h, f) for f in h.__struct_fields__[:12]]]
-    b = decode_batch(msgspec.msgpack.encode([SCHEMA_VERSION, 0, [old_hello, old_start]]))
+    b = decode_batch(msgspec.msgpack.encode([1, 0, [old_hello, old_start]]))
     hh, s = b.events
     assert hh.ring == "" and hh.cuda_uuid is None
     assert (s.batched, s.bucket, s.params) == (False, -1, 0)

@@ -53,6 +53,8 @@ def run_app(feed, title: str, job=None, topology=None) -> int:
         app.run()
     finally:
         if job is not None:
+            if job.proc is not None and job.proc.poll() is None and hasattr(feed, "note_stop"):
+                feed.note_stop("commviz watch", "quit while it ran")  # for a --record trace's post-mortem
             job.interrupt()
         if hasattr(feed, "close"):
             feed.close()

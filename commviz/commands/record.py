@@ -1,8 +1,10 @@
-"""`commviz record -o FILE [--hang-timeout S] -- CMD…`: run a job headless, write its
-trace, print the summary; exit 3 on a diagnosis, else the job's status."""
+"""`commviz record -o FILE [--hang-timeout S] [--fail-on KIND] -- CMD…`: run a job
+headless, write its trace, print the summary; exit 3 on a diagnosis that means the job
+is broken (or one named by --fail-on), else the job's status."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import sys
@@ -23,6 +25,22 @@ def add_arguments(p) -> None:
     p.add_argument("--hang-timeout", type=float, metavar="S",
                    help="stop the job once ranks have waited S seconds on a rank that will not come "
                    "(hang, p2p deadlock, desync, dead rank); print the diagnosis and exit 3")
+    p.add_argument("--fail-on", type=_kinds, action="extend", default=[], metavar="KIND",
+                   help="also exit 3 when a diagnosis of this kind is found: straggler (repeat it or "
+                   "give a comma list; hang, desync, p2p_deadlock and dead_rank always fail)")
+
+
+def _kinds(text: str) -> list:
+    """`--fail-on straggler` or a comma list; every kind a diagnosis can have."""
+    from commviz.model.diagnosis import Kind
+
+    names = [k.strip() for k in text.split(",") if k.strip()]
+    valid = {kind.value for kind in Kind}
+    bad = [k for k in names if k not in valid]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown kind {', '.join(bad) or repr(text)}; "
+                                         f"kinds: {', '.join(k.value for k in Kind)}")
+    return [Kind(k) for k in names]
 
 
 def run(args, cmd: list[str]) -> int:
@@ -58,7 +76,20 @@ def run(args, cmd: list[str]) -> int:
     if rc != 0:
         print(f"commviz: the job exited with status {rc}", file=sys.stderr)
         return rc
-    return 3 if s["diagnoses"] else 0
+    return _verdict(s["diagnoses"], args.fail_on)
+
+
+def _verdict(diagnoses: list[dict], fail_on: list) -> int:
+    """3 when a finding means the job is broken, or is of a kind asked for: a
+    straggler is slow but correct, so it alone does not turn a CI run red."""
+    from commviz.model.diagnosis import Kind
+
+    failing = sorted({k for k in (Kind(d["kind"]) for d in diagnoses) if k.blocks or k in fail_on},
+                     key=lambda k: k.order)
+    if failing:
+        print(f"commviz: exit 3: {', '.join(failing)}", file=sys.stderr)
+        return 3
+    return 0
 
 
 def _wait(job: launch.Job, feed, hang_timeout: float | None) -> tuple[int, list]:
@@ -70,10 +101,14 @@ def _wait(job: launch.Job, feed, hang_timeout: float | None) -> tuple[int, list]
 
         def blocking():
             with feed.lock:
-                return [d for d in feed.model.findings(time.time_ns()).diagnoses if d.kind.blocks]
+                found = [d for d in feed.model.findings(time.time_ns()).diagnoses if d.kind.blocks]
+            if found:  # the job is stopped as soon as we return: say so in the trace first
+                feed.note_stop("commviz record", ", ".join(dict.fromkeys(d.kind.value for d in found)), hang_timeout)
+            return found
 
         return job.wait_or_diagnose(blocking)
     except KeyboardInterrupt:
+        feed.note_stop("commviz record", "Ctrl-C")
         return job.interrupt(grace_s=None), []
 
 
@@ -92,6 +127,8 @@ def _drain(feed) -> None:
 COMMAND = Command(
     "record", "run a job headless, write its trace, print the summary", add_arguments, run,
     description="Run CMD with every rank instrumented, write the trace, print the summary. "
-    "Exits with the job's status (3 when a diagnosis stopped it).",
+    "Exit status: the job's own when it fails; 3 when commviz finds a hang, desync, p2p deadlock "
+    "or dead rank (or a kind named by --fail-on); else 0. A straggler is printed but does not "
+    "fail the run unless --fail-on straggler.",
     takes_cmd=True,
 )

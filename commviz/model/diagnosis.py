@@ -29,7 +29,7 @@ class Kind(StrEnum):
     @property
     def blocks(self) -> bool:
         """The job cannot go on by itself (a straggler only slows it down): `record
-        --hang-timeout` stops the job on these."""
+        --hang-timeout` stops the job on these, and `record` exits 3 on them."""
         return self is not Kind.STRAGGLER
 
     @property

@@ -23,6 +23,7 @@ from commviz.events import (
     OpStart,
     Sample,
     Stack,
+    Stopped,
 )
 from commviz.model import desync as desync_mod
 from commviz.model.clock import offset_ns, order_events
@@ -86,6 +87,7 @@ class RankState:
     last_start: OpStart | None = None  # the start of the op that ended last
     seqs: dict[str, int] = field(default_factory=dict)  # group -> highest collective seq started
     stacks: StackStore = field(default_factory=StackStore)
+    stopped: Stopped | None = None  # the watcher stopped the job while this rank ran
 
     @property
     def gone(self) -> bool:
@@ -173,6 +175,9 @@ class Model:
             self.marks.append((ev.t + r.offset_ns, rank, ev.text))
             if not self.keep_ops:
                 del self.marks[:-RECENT_MARKS]
+        elif isinstance(ev, Stopped):
+            if not r.gone:
+                r.stopped = ev
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
@@ -338,7 +343,10 @@ class Model:
         if r is None or not r.gone:
             return None
         if r.status is RankStatus.EXITED:
-            return f"it exited ({r.gone_reason or 'goodbye'})"
+            after = f" once {r.stopped.text()}" if r.stopped is not None else ""
+            return f"it exited ({r.gone_reason or 'goodbye'}){after}"
+        if r.stopped is not None:
+            return f"it was {r.stopped.text()}"
         why = r.gone_reason or "without a goodbye"
         if why.startswith("process "):  # "process ended without a goodbye"
             return f"its {why}"
@@ -367,7 +375,7 @@ class Model:
         r = self._rank(rank)
         if r.status is not RankStatus.EXITED:
             r.status = RankStatus.DEAD
-            r.gone_reason = reason
+            r.gone_reason = r.stopped.text() if r.stopped is not None else reason
             r.gone_t = r.last_seen if t_ns is None else t_ns
 
     # ----------------------------------------------------------------- answers

@@ -20,7 +20,7 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import DataTable, Footer, Header, Static
 
@@ -31,6 +31,7 @@ from commviz.tui.snapshot import Fetched, Snapshot, fetch
 from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import AlertsTable, LinksTable, OpsTable, RanksTable
+from commviz.tui.widgets.summary import summary_renderable
 from commviz.tui.widgets.throughput import ThroughputPanel
 
 LIVE_HINT = (
@@ -64,6 +65,7 @@ class WatchApp(App):
         Binding("f", "focus_rank", "Focus rank"),
         Binding("escape", "unfocus", "All ranks", show=False),
         Binding("l", "toggle_links", "Links"),
+        Binding("s", "toggle_summary", "Summary/flow"),
         Binding("space", "play_pause", "Play/pause"),
         Binding("n", "step", "Step"),
         Binding("minus", "slower", "Slower", key_display="-"),
@@ -101,6 +103,9 @@ class WatchApp(App):
         self._numbers = itertools.count(1)  # every snapshot asked for, in order
         self._drawn = 0  # the number of the snapshot on screen
         self._updater: UpdateThread | None = None
+        self.ended = False  # live: every rank is gone; the summary replaces the flow view
+        self.show_flow = False  # once ended, the user asked for the flow view back (s)
+        self._summary_events = -1  # the model's event count when the summary panel got its summary
 
     @property
     def replay(self) -> ReplayFeed | None:
@@ -122,6 +127,10 @@ class WatchApp(App):
                     tp = ThroughputPanel(id="throughput")
                     tp.border_title = "Throughput"
                     yield tp
+                    summary = VerticalScroll(Static(id="summary-text"), id="summary")
+                    summary.border_title = "Job summary"
+                    summary.border_subtitle = "s: flow"
+                    yield summary
                 yield LinksTable(self.topology, id="links", cursor_type="row")
             with Horizontal(id="tables"):
                 yield RanksTable(id="ranks", cursor_type="row", zebra_stripes=True, fixed_columns=1)
@@ -137,6 +146,9 @@ class WatchApp(App):
         self._body = self.query_one("#body", Vertical)
         self._flow = self.query_one("#flow", FlowView)
         self._tp = self.query_one("#throughput", ThroughputPanel)
+        self._summary = self.query_one("#summary", VerticalScroll)
+        self._summary_text = self.query_one("#summary-text", Static)
+        self._summary.display = False
         self._links = self.query_one("#links", LinksTable)
         self._ranks = self.query_one("#ranks", RanksTable)
         self._ops = self.query_one("#ops", OpsTable)
@@ -175,7 +187,8 @@ class WatchApp(App):
             self._updater.schedule_update(tables)
 
     def _fetch(self, force: bool = False) -> Fetched:
-        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force)
+        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force,
+                     summary_unless=None if self.replay else self._summary_events)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
         try:
@@ -196,14 +209,16 @@ class WatchApp(App):
             return  # taken before the one on screen
         self._drawn = number
         self.lock_wait_s, self.lock_hold_s = fetched.lock_wait_s, fetched.lock_hold_s
-        self._update_status(fetched.status, fetched.info, fetched.now)
         snap = fetched.snap
         if snap is None:
+            self._update_status(fetched.status, fetched.info, fetched.now)
             return
         tables = tables or self._force_tables or self.snapshot is None
         self._force_tables = False
         self.snapshot = snap
         self._show(snap, tables)
+        self._show_summary(snap)
+        self._update_status(fetched.status, fetched.info, fetched.now)
 
     def _show(self, snap: Snapshot, tables: bool = True) -> None:
         empty = snap.info["nranks"] == 0
@@ -218,6 +233,24 @@ class WatchApp(App):
             self._ranks.snapshot = snap
             self._ops.snapshot = snap
             self._links.snapshot = snap
+
+    def _show_summary(self, snap: Snapshot) -> None:
+        """A live job that has ended: its summary in place of the flow view (a new
+        job's hello brings the flow back). Replay keeps the flow: its end is a point
+        to seek from."""
+        ended = self.replay is None and snap.ended
+        if ended != self.ended:
+            self.ended, self.show_flow = ended, False
+            if not ended:
+                self._summary_events = -1  # a new job: its own summary when it ends
+            self.refresh_bindings()
+        if ended and snap.summary is not None:
+            self._summary_events = snap.info["events"]
+            self._summary_text.update(summary_renderable(snap.summary))
+        on = self.ended and not self.show_flow
+        self._summary.display = on
+        self._flow.display = self._tp.display = not on
+        self._body.set_class(on, "-summary")  # the links panel has nothing to say now
 
     def _update_status(self, feed_status: str, info: dict, now: int) -> None:
         t = Text(feed_status, style="bold")
@@ -237,6 +270,8 @@ class WatchApp(App):
             t.append(f" · elapsed {format_seconds(max(0, now - info['start']) / 1e9)}")
         if self.focus_rank is not None:
             t.append(f" · focus rank {self.focus_rank}", style="bold")
+        if self.ended:
+            t.append(" · job ended", style="bold")
         self._status.update(t, layout=False)
 
     def _event_rate(self, t: float, events: int) -> float | None:
@@ -288,7 +323,15 @@ class WatchApp(App):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.REPLAY_ACTIONS:
             return self.replay is not None
+        if action == "toggle_summary":
+            return self.ended
         return True
+
+    def action_toggle_summary(self) -> None:
+        """Once the job has ended: its summary, or the flow view as it was left."""
+        self.show_flow = not self.show_flow
+        self._force_tables = True
+        self.refresh_view()
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from commviz.model.diagnosis import Diagnosis
+from commviz.model.diagnosis import Diagnosis, RankStatus
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
 from commviz.tui.alerts import alert_rows
 from commviz.tui.fmt import format_bps
@@ -41,6 +41,8 @@ class Snapshot:
     samples: dict[str, dict[str, float]] = field(default_factory=dict)
     focus: int | None = None  # the rank whose traffic and history are shown, None: all
     procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
+    ended: bool = False  # every rank that said hello has exited or died
+    summary: dict | None = None  # the job's summary document, once it ended (see `take_snapshot`)
 
 
 @dataclass
@@ -56,15 +58,15 @@ class Fetched:
     lock_hold_s: float = 0.0
 
 
-def fetch(feed, focus: int | None, topology, frozen: bool) -> Fetched:
+def fetch(feed, focus: int | None, topology, frozen: bool, summary_unless: int | None = None) -> Fetched:
     """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
-    only the headline numbers for the status line)."""
+    only the headline numbers for the status line). `summary_unless`: see `take_snapshot`."""
     feed.advance()
     now = feed.now_ns()
     t0 = time.perf_counter()
     with feed.lock:
         t1 = time.perf_counter()
-        snap = None if frozen else take_snapshot(feed.model, now, focus, topology)
+        snap = None if frozen else take_snapshot(feed.model, now, focus, topology, summary_unless=summary_unless)
         info = model_info(feed.model) if snap is None else snap.info
     t2 = time.perf_counter()
     if snap is not None:
@@ -107,8 +109,12 @@ def model_info(m) -> dict:
     }
 
 
-def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH) -> Snapshot:
-    """Call with the feed's lock held."""
+def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH,
+                  summary_unless: int | None = None) -> Snapshot:
+    """Call with the feed's lock held. With `summary_unless` (a live dashboard: the
+    model's event count when it last got a summary, -1 for never), a job that has
+    ended and has news since gets its summary document, as `commviz summary` reads it
+    (the model's own clock)."""
     snap = Snapshot(now=now, info=model_info(m), focus=focus)
     found = m.findings(now)  # once per snapshot: the rows and the alerts share it
     rank_rows = m.rank_rows(now, found)
@@ -117,6 +123,9 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     snap.op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
     snap.diagnoses = diagnoses
     snap.alerts = alert_rows(diagnoses, rank_rows, m.decode_errors, m.last_decode_error)
+    snap.ended = bool(rank_rows) and all(RankStatus(row["status"]).gone for row in rank_rows)
+    if snap.ended and summary_unless is not None and m.events != summary_unless:
+        snap.summary = m.summary()
     tr = m.traffic
     snap.rates = rates = tr.flows.rates(now)
     recent = tr.flows.recent_edges(now, RECENT_EDGE_NS)

@@ -21,6 +21,7 @@ import pytest
 from commviz.events import Mark, OpEnd, OpStart
 from commviz.trace.file import load
 from tests.integration.conftest import REPO, commviz, run, torchrun
+from tests.trace.nesting import nesting_errors, to_chrome_trace
 
 pytestmark = pytest.mark.integration
 
@@ -38,6 +39,7 @@ class Job:
     summary: dict
     ops: dict[int, list[OpStart]] = field(default_factory=dict)  # per rank, in the order issued
     marks: dict[int, list[Mark]] = field(default_factory=dict)
+    tdir: str = ""  # the ranks' traces (COMMVIZ_TRACE_DIR)
 
     def per_rank(self, rank: int) -> dict[str, tuple[int, int]]:
         return {op: (v["count"], v["bytes"]) for op, v in self.summary["per_rank"][rank]["ops"].items()}
@@ -57,12 +59,14 @@ def job(tmp_path, nproc: int, name: str, *args: str) -> Job:
     assert p.stdout.count(f"{name}: ok") == 1, p.stdout  # rank 0's closing line, once
     s = run(commviz("summary", str(tdir), "--json"))
     assert s.returncode == 0, s.stderr
-    out = Job(nproc, p.stdout, json.loads(s.stdout))
+    out = Job(nproc, p.stdout, json.loads(s.stdout), tdir=str(tdir))
     assert out.summary["world_size"] == nproc and out.summary["backend"] == "gloo"
     assert [r["status"] for r in out.summary["ranks"]] == ["exited"] * nproc
     assert out.summary["diagnoses"] == []
     ends: dict[int, dict[int, OpEnd]] = {}
-    for b in load(tdir).batches:
+    batches = load(tdir).batches
+    assert nesting_errors(to_chrome_trace(batches)) == []  # what Perfetto needs, on every lesson
+    for b in batches:
         for e in b.events:
             if isinstance(e, OpStart):
                 out.ops.setdefault(b.rank, []).append(e)
@@ -269,6 +273,15 @@ def test_overlap_serialized_then_async(tmp_path, isolated_env):
         assert [s.is_async for s in j.ops[r]] == [False] * calls + [True] * calls
         assert len(j.between(r, "serialized", "overlapped")) == calls
     assert re.search(r"serialized [0-9.]+ ms a step, overlapped [0-9.]+ ms a step", j.stdout), j.stdout
+    # exported for Perfetto, the async all_reduces in flight together get lanes, and
+    # every track's slices nest
+    out = tmp_path / "overlap.json"
+    e = run(commviz("export", j.tdir, "--perfetto", str(out)))
+    assert e.returncode == 0 and f"{4 * calls} ops written" in e.stdout, e.stderr
+    doc = json.loads(out.read_text())
+    assert nesting_errors(doc) == []
+    lanes = {ev["args"]["name"] for ev in doc["traceEvents"] if ev.get("name") == "thread_name"}
+    assert "group 0" in lanes and "group 0 · lane 2" in lanes, lanes
 
 
 # ------------------------------------------------------------------ the course

@@ -276,6 +276,29 @@ def test_ranks_killed_together_are_a_hang_not_a_dead_rank():
     assert a >= 0 and b >= 0
 
 
+def test_ranks_the_watcher_stopped_say_so():
+    """`record --hang-timeout` stopped the job: the post-mortem names who ended the
+    ranks, not a guess that something killed them; a rank gone before the stop keeps
+    its own story."""
+    from commviz.events import Counters, Stopped
+
+    j = Job(3, {"0": [0, 1, 2], "1": [0, 1]})
+    j.start(0, 1.0, group="1", seq=0)
+    j.start(1, 1.0, op="broadcast", group="0", seq=0, root=0)
+    j.m.ingest(2, Goodbye(int(0.5 * S)))
+    for r in (0, 1):
+        j.m.ingest(r, Counters(int(4.0 * S)))
+        j.m.ingest(r, Stopped(int(4.1 * S), "commviz record", "hang", 3.0))
+    j.m.ingest(2, Stopped(int(4.1 * S), "commviz record", "hang", 3.0))  # already gone: ignored
+    for r in (0, 1):
+        j.m.mark_gone(r, "no goodbye in the trace (killed?)")
+    assert j.m.gone_note(0) == "it was stopped by commviz record after 3 s (hang)"
+    assert j.m.ranks[0].gone_reason == "stopped by commviz record after 3 s (hang)"
+    assert j.m.gone_note(2) == "it exited (exit)"
+    msg = " ".join(d["message"] for d in j.m.summary()["diagnoses"])
+    assert "stopped by commviz record after 3 s" in msg and "killed?" not in msg
+
+
 def test_interrupted_job_is_not_a_dead_rank():
     j = Job(2)
     a = j.start(0, 1.0, seq=0)

@@ -90,3 +90,27 @@ def nvlink_samples(feed: FakeFeed, host: str = "node0", gpus: int = 8, tx_Bps: f
         vals[f"gpu{i}.nvlink.rx_Bps"] = tx_Bps * (1 + i / 25)
     feed.model.ingest(0, Sample(t=feed.now - 100 * MS, values=vals))
     return feed
+
+
+def straggler_job_that_ended(world: int = 4, ops: int = 20, late_ms: int = 30, goodbye: bool = True) -> FakeFeed:
+    """`world` ranks, one all_reduce every 100 ms, the last rank `late_ms` late to each;
+    then (with `goodbye`) every rank exits. Now is a second after the last op."""
+    from commviz.events import Goodbye
+
+    start = 1000 * MS
+    feed = FakeFeed(now=WALL0 + start + (ops * 100 + 1000) * MS)
+    m = feed.model
+    for r in range(world):
+        m.ingest(r, hello(r, mono_ns=WALL0, wall_ns=WALL0, world_size=world))
+        m.ingest(r, GroupDef("0", list(range(world)), "gloo"))
+    for i in range(ops):
+        t = WALL0 + start + i * 100 * MS
+        for r in range(world):
+            m.ingest(r, OpStart(id=i, t=t + (late_ms * MS if r == world - 1 else r * 100_000), op="all_reduce",
+                                group="0", seq=i, bytes=1 << 20))
+        for r in range(world):
+            m.ingest(r, OpEnd(id=i, t=t + (late_ms + 2) * MS))
+    if goodbye:
+        for r in range(world):
+            m.ingest(r, Goodbye(WALL0 + start + (ops * 100 + 100) * MS))
+    return feed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import msgspec
 import pytest
 from textual.widgets import DataTable, Static
 
@@ -179,3 +180,77 @@ async def test_screenshot_many_ranks(size):
         assert cell(ranks, "7", "status") == "missing"  # the one the others wait for
         path = app.save_screenshot(f"commviz-8ranks-{size[0]}x{size[1]}.svg", path=SHOTS)
         assert os.path.exists(path)
+
+
+def panel_text(app: WatchApp, width: int = 100) -> str:
+    """The summary panel's content as a terminal shows it."""
+    import io
+
+    from rich.console import Console
+
+    con = Console(width=width, file=io.StringIO(), record=True, color_system=None)
+    con.print(app.query_one("#summary-text", Static).content)
+    return con.export_text()
+
+
+async def test_when_the_job_ends_its_summary_replaces_the_flow():
+    from commviz.events import Goodbye, GroupDef
+
+    from .scenes import straggler_job_that_ended
+
+    feed = straggler_job_that_ended(goodbye=False)
+    app = WatchApp(feed, title="ended")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        summary, flow = app.query_one("#summary"), app.query_one("#flow")
+        assert flow.display and not summary.display  # still running: the flow view
+        with feed.lock:
+            for r in range(4):
+                feed.model.ingest(r, Goodbye(WALL0 + 3200 * MS))
+        app.refresh_view()
+        await pilot.pause()
+        assert summary.display and not flow.display and summary.region.height > 5
+        text = panel_text(app)
+        assert "job ended · 4 exited · world size 4 · backend gloo" in text
+        [row] = [ln for ln in text.splitlines() if ln.startswith("all_reduce")]
+        assert row.split()[:5] == ["all_reduce", "0", "20", "20.0", "MiB"]  # count, bytes as record prints them
+        assert "STRAGGLER: rank 3 arrives last at 20 of the last 20 collectives" in text
+        assert "job ended" in str(app.query_one("#status", Static).render())
+        app.save_screenshot("commviz-ended-120x40.svg", path=SHOTS)
+        await pilot.press("s")  # the flow view as it was left, and back
+        assert flow.display and not summary.display
+        await pilot.press("s")
+        assert summary.display and not flow.display
+        with feed.lock:  # a new job says hello: live again
+            feed.model.ingest(0, msgspec.structs.replace(hello(0, WALL0, WALL0 + 5000 * MS), job="job-2", pid=77))
+            feed.model.ingest(0, GroupDef("0", [0, 1], "gloo"))
+        app.refresh_view()
+        await pilot.pause()
+        assert flow.display and not summary.display and not app.ended
+
+
+async def test_a_job_that_ended_clean_says_no_findings():
+    from .scenes import straggler_job_that_ended
+
+    app = WatchApp(straggler_job_that_ended(late_ms=0), title="ended")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert app.query_one("#summary").display
+        text = panel_text(app, 76)
+        assert "no findings" in text and "all_reduce" in text
+        app.save_screenshot("commviz-ended-80x24.svg", path=SHOTS)
+
+
+async def test_replay_keeps_the_flow_at_the_end_of_the_trace():
+    """Replay steps through time: its end is a point to seek from, not a summary."""
+    from commviz.events import Batch, Goodbye
+
+    trace = two_rank_trace()
+    trace += [Batch(1, r, [Goodbye(b.events[-1].t + MS)]) for r, b in ((0, trace[1]), (1, trace[3]))]
+    feed = ReplayFeed(trace)
+    feed.seek(1.0)
+    app = WatchApp(feed, title="replay")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert {cell(app.query_one("#ranks", DataTable), k, "status") for k in ("0", "1")} == {"exited"}
+        assert app.query_one("#flow").display and not app.query_one("#summary").display

@@ -1,0 +1,25 @@
+"""Lanes for overlapping intervals: Perfetto and chrome://tracing require the complete
+("X") slices of one track to nest, so ops of one rank and group that overlap (isend
+beside irecv, async collectives in flight together) each go on a lane of their own."""
+
+from __future__ import annotations
+
+
+def assign_lanes(spans: list[tuple[int, int]]) -> list[int]:
+    """A lane per span (start, end), in the input's order: lane 0 unless it overlaps
+    an earlier span there. Spans in one lane are disjoint (touching is fine), and
+    the number of lanes is the most spans ever open at once, so a run without
+    overlap stays on one track."""
+    lanes: list[int] = [0] * len(spans)
+    free_at: list[int] = []  # per lane: when its last span ends
+    for i in sorted(range(len(spans)), key=lambda k: spans[k]):
+        start, end = spans[i]
+        for lane, t in enumerate(free_at):
+            if t <= start:
+                break
+        else:
+            lane = len(free_at)
+            free_at.append(0)
+        free_at[lane] = max(start, end)
+        lanes[i] = lane
+    return lanes
