@@ -179,16 +179,19 @@ class Model:
             r.gone_reason = ev.reason
             r.gone_t = ev.t + r.offset_ns
 
-    def ingest_trace(self, batches: list[Batch], cut_off: bool = False) -> None:
+    def ingest_trace(self, batches: list[Batch], cut_off: bool = False, snapshot: bool = False) -> None:
         """A whole trace, in the one order every reader uses (`clock.order_events`),
         then `end_of_trace`."""
         for _, rank, ev in order_events(batches):
             self.ingest(rank, ev)
-        self.end_of_trace(cut_off)
+        self.end_of_trace(cut_off, snapshot)
 
-    def end_of_trace(self, cut_off: bool = False) -> None:
+    def end_of_trace(self, cut_off: bool = False, snapshot: bool = False) -> None:
         """The trace is over: a rank that did not say goodbye did not exit cleanly
-        (killed, crashed, or the file was `cut_off` before its goodbye)."""
+        (killed, crashed, or the file was `cut_off` before its goodbye) — unless the
+        trace is a `snapshot` of ranks still running (torch's flight-recorder dumps)."""
+        if snapshot:
+            return
         why = "trace cut off" if cut_off else "no goodbye in the trace (killed?)"
         for rank, r in self.ranks.items():
             if not r.gone:
