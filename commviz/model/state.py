@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from commviz import ops as opcat
 from commviz.events import (
+    Audit,
     Batch,
     Counters,
     Event,
@@ -24,6 +25,7 @@ from commviz.events import (
     Sample,
     Stack,
 )
+from commviz.model import audit as audit_mod
 from commviz.model import desync as desync_mod
 from commviz.model.clock import offset_ns, order_events
 from commviz.model.diagnose import Findings, diagnose
@@ -86,6 +88,8 @@ class RankState:
     last_start: OpStart | None = None  # the start of the op that ended last
     seqs: dict[str, int] = field(default_factory=dict)  # group -> highest collective seq started
     stacks: StackStore = field(default_factory=StackStore)
+    windows: audit_mod.Windows = field(default_factory=audit_mod.Windows)  # recent events, for the audit
+    audit: dict | None = None  # against torch's flight recorder (model/audit.py)
 
     @property
     def gone(self) -> bool:
@@ -173,6 +177,9 @@ class Model:
             self.marks.append((ev.t + r.offset_ns, rank, ev.text))
             if not self.keep_ops:
                 del self.marks[:-RECENT_MARKS]
+        elif isinstance(ev, Audit):
+            inflight = [(f.start.group, f.start.t) for f in r.inflight.values()]
+            r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
@@ -269,6 +276,7 @@ class Model:
         c = r.per_op.setdefault(s.op, [0, 0])
         c[0] += 1
         c[1] += nbytes
+        r.windows.add(s.group, s.t, e.t)
         r.last_op = s.op
         r.last_op_end = end_wall
         r.last_start = s
@@ -470,16 +478,13 @@ class Model:
                     "dropped": r.dropped,
                 }
             )
-        per_rank = [
-            {
-                "rank": rank,
-                "ops": {
-                    op: {"count": c, "bytes": b}
-                    for op, (c, b) in sorted(self.ranks[rank].per_op.items())
-                },
-            }
-            for rank in sorted(self.ranks)
-        ]
+        per_rank = []
+        for rank in sorted(self.ranks):
+            r = self.ranks[rank]
+            row = {"rank": rank, "ops": {op: {"count": c, "bytes": b} for op, (c, b) in sorted(r.per_op.items())}}
+            if r.audit is not None:
+                row["audit"] = r.audit
+            per_rank.append(row)
         return {
             "world_size": self.world_size,
             "backend": self.backend,
@@ -517,6 +522,7 @@ class Model:
                     "dropped": r.dropped,
                     "last_op": r.last_op,
                     "where": st.where() if st is not None else "",
+                    "unseen": dict(r.audit.get("unseen", {})) if r.audit else {},
                 }
             )
         return rows
