@@ -67,13 +67,21 @@ def test_any_document_is_a_dump_error_or_a_dump_the_model_digests(doc):
     _digest(batches)
 
 
+def _one_field_replaced(real: dict, items: str, seed: int, value, nested: str = "") -> tuple[dict, random.Random]:
+    """A copy of `real` with one field of one of its `items` (or of that item's
+    `nested` mapping, most of the time) set to `value`."""
+    rnd = random.Random(seed)
+    doc = json.loads(json.dumps(real))
+    e = rnd.choice(doc[items])
+    target = e[nested] if nested and rnd.random() < 0.7 else e
+    target[rnd.choice(sorted(target))] = value
+    return doc, rnd
+
+
 @SETTINGS
 @given(st.integers(0, 2**32), jsonish)
 def test_a_real_dump_with_one_field_replaced(seed, value):
-    rnd = random.Random(seed)
-    doc = json.loads(json.dumps(REAL))
-    e = rnd.choice(doc["entries"])
-    e[rnd.choice(sorted(e))] = value
+    doc, rnd = _one_field_replaced(REAL, "entries", seed, value)
     if rnd.random() < 0.3:
         doc["pg_config"][""]["ranks"] = value if not isinstance(value, str) else value[:20]
     d = flightrec.parse_dump(doc, 2, 0)
@@ -84,11 +92,7 @@ def test_a_real_dump_with_one_field_replaced(seed, value):
 @SETTINGS
 @given(st.integers(0, 2**32), jsonish)
 def test_a_real_profile_with_one_field_replaced(seed, value):
-    rnd = random.Random(seed)
-    doc = json.loads(json.dumps(PROFILE))
-    e = rnd.choice(doc["traceEvents"])
-    target = e["args"] if rnd.random() < 0.7 else e
-    target[rnd.choice(sorted(target))] = value
+    doc, _ = _one_field_replaced(PROFILE, "traceEvents", seed, value, nested="args")
     try:
         rt = kineto.parse(doc, 0)
     except kineto.ProfileError:
