@@ -46,3 +46,39 @@ def test_an_unreadable_dump_is_a_state(monkeypatch):
 
     monkeypatch.setattr(audit, "_dump", boom)
     assert audit.read("gloo").state == "unreadable: RuntimeError: no recorder here"
+
+
+class _Probe:
+    default_group = None
+
+    def __init__(self):
+        import threading
+
+        self.pushed = []
+        self.pushed_event = threading.Event()
+        self.health = None
+
+    def push(self, ev):
+        self.pushed.append(ev)
+        self.pushed_event.set()
+
+
+def test_a_long_op_reads_the_recorder_off_the_callers_thread_one_read_at_a_time(monkeypatch):
+    import threading
+
+    readers, release = [], threading.Event()
+
+    def slow_dump(backend):
+        readers.append(threading.get_ident())
+        release.wait(5)
+        return json.dumps({"version": "2.10", "entries": [entry(0, "gloo:barrier")]})
+
+    monkeypatch.setattr(audit, "_dump", slow_dump)
+    probe = _Probe()
+    a = audit.Auditor(probe)
+    a.soon()
+    a.soon()  # while the first read runs: not a second one
+    release.set()
+    assert probe.pushed_event.wait(5)
+    assert readers and threading.get_ident() not in readers and len(readers) == 1
+    assert probe.pushed[0].ops[0].op == "barrier"
