@@ -61,9 +61,14 @@ class Auditor:
         return g.backend if g is not None else ""
 
     def now(self) -> None:
-        """At exit, on the exiting thread."""
-        with self._busy:
+        """At exit, on the exiting thread; a read already under way (a long op's) will
+        push its own result, and exit never waits long for it."""
+        if not self._busy.acquire(timeout=0.5):
+            return
+        try:
             self.probe.push(read(self.backend()))
+        finally:
+            self._busy.release()
 
     def soon(self) -> None:
         """An op passed the stack threshold: read on a thread of its own."""
