@@ -1,9 +1,11 @@
 """The audit: what a rank's backend ran (torch's flight recorder) against what
-commviz saw. A recorder entry is seen when it was created inside one of this rank's
-events on the same group — a wrapped call that issues several backend ops (object
-collectives, DDP's bucketed broadcast) covers them all; an entry outside every event
-is a collective the job ran past commviz (a ProcessGroup method called directly, a
-C++ extension). Counts per recorder op name: `seen[k] + unseen.get(k, 0) == backend[k]`.
+commviz saw. A recorder entry is seen when the rank's latest event on the same group
+to start before it had not ended when the entry was created: a wrapped call that
+issues several backend ops (object collectives, DDP's bucketed broadcast) covers them
+all, while an async op still in flight covers nothing issued after a later event
+started. Anything else is a collective the job ran past commviz (a ProcessGroup
+method called directly, a C++ extension). Counts per recorder op name:
+`seen[k] + unseen.get(k, 0) == backend[k]`.
 
 Clocks: events are on the rank's monotonic clock, the recorder on the wall clock.
 The audit carries both read at one moment, the hello another; the offset between
@@ -19,8 +21,11 @@ from collections.abc import Iterable
 from commviz.events import Audit, Hello
 
 WINDOWS = 8192  # ended events kept per rank for the audit (the recorder keeps ~2000 by default)
-SLACK_NS = 100_000  # clock reading jitter allowed at an event's edges
-LOOKBACK = 64  # events that may overlap one moment on one group (async ops in flight)
+# Clock reading jitter allowed at an event's edges: an entry is created after the
+# event's start was read (little slack there: a later event must not claim it) and
+# before its end was.
+START_SLACK_NS = 20_000
+END_SLACK_NS = 100_000
 
 
 class Windows:
@@ -81,14 +86,12 @@ def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None
 
 
 def _inside(spans: tuple[list[int], list[int]] | None, m: int) -> bool:
+    """Whether the latest event of the group started before `m` was still on at `m`."""
     if spans is None:
         return False
     starts, ends = spans
-    i = bisect.bisect_right(starts, m + SLACK_NS)
-    for j in range(i - 1, max(-1, i - 1 - LOOKBACK), -1):
-        if ends[j] >= m - SLACK_NS:
-            return True
-    return False
+    i = bisect.bisect_right(starts, m + START_SLACK_NS) - 1
+    return i >= 0 and ends[i] >= m - END_SLACK_NS
 
 
 def unseen_total(audit: dict | None) -> int:

@@ -50,6 +50,15 @@ def test_an_op_still_in_flight_covers_what_the_backend_started_for_it():
     assert audit_of(m)["unseen"] == {}
 
 
+def test_an_async_op_in_flight_does_not_cover_what_was_issued_after_a_later_call():
+    first, _ = op(1, 10 * MS, 0, is_async=True)  # never waited on yet
+    m = fed(first, *op(2, 20 * MS, 30 * MS, seq=1),
+            Audit(100 * MS, WALL0 + 100 * MS, "", [backend("0", "all_reduce", 11 * MS),  # issued by op 1
+                                                   backend("0", "all_reduce", 21 * MS),  # by op 2
+                                                   backend("0", "broadcast", 50 * MS)]))  # by nobody
+    assert audit_of(m)["unseen"] == {"broadcast": 1}
+
+
 def test_the_recorder_clock_drifting_from_the_monotonic_one_is_corrected():
     # the wall clock gained 5 ms over the run (slewing): without interpolation the
     # backend op at mono 500 ms would land 5 ms late, past its 1 ms event
