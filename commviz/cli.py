@@ -17,6 +17,7 @@ EPILOG = """start here:
   commviz record -o t.cvz -- torchrun --nproc-per-node 4 scenarios/allreduce.py
   commviz summary t.cvz            (or a COMMVIZ_TRACE_DIR of rank-<R>.cvz files)
   commviz replay t.cvz
+  commviz summary DIR              (torch's flight-recorder dumps or profiler traces, a file per rank)
 
 A script that calls commviz.instrument() streams to a running `commviz watch`;
 `watch/record -- CMD` instrument unmodified scripts too.

@@ -181,9 +181,32 @@ class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
     lib_dirs: list[str] = []
 
 
-Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped]
+class BackendOp(msgspec.Struct, array_like=True):
+    """One entry of torch's flight recorder: the group's name, the op as the recorder
+    names it (without its `gloo:`/`nccl:` prefix) and when the backend was handed it
+    (wall-clock ns, the recorder's clock)."""
+
+    group: str
+    op: str
+    t_wall: int
+
+
+class Audit(msgspec.Struct, tag="audit", array_like=True, omit_defaults=True):
+    """What this rank's backend ran, read from torch's flight recorder at `t`
+    (`wall_ns` is the wall clock at that moment: it places the recorder's times on
+    this rank's clock). `state` says why there is nothing to compare (recorder off,
+    empty, wrapped, unreadable); then `ops` is empty."""
+
+    t: int
+    wall_ns: int
+    state: str = ""
+    ops: list[BackendOp] = []
+
+
+Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped, Audit]
 BASE_SCHEMA = 1  # the version of every kind but those below
 STOPPED_SINCE = 2
+AUDIT_SINCE = 2
 
 
 class Batch(msgspec.Struct, array_like=True):

@@ -83,6 +83,32 @@ CATALOGUE: dict[str, OpSpec] = {
         _c("scatter_object_list", INNER, "", SPREAD, root_arg="src", group_root_arg="group_src"),
         # DDP gradient buckets: an all_reduce issued by the C++ Reducer (comm hook).
         _c("ddp_bucket", TENSOR, "", ALLREDUCE),
+        # DDP's constructor (torch.distributed.utils): the start-up broadcast of the
+        # module's state (one event, however many buckets torch splits it into) and the
+        # check that every rank's parameters have the same shapes (an all_gather of
+        # 2 int64 per dimension per parameter).
+        _c("_broadcast_coalesced", TENSOR_LIST, "tensors", ONE, root_arg="src"),
+        _c("_verify_params_across_processes", TENSOR_LIST_TIMES_N, "params", SPREAD),
+        # torch.distributed._functional_collectives (DTensor, tensor parallelism,
+        # compiled models): named "funcol.<function>".
+        _c("funcol.broadcast", TENSOR, "self", ONE, root_arg="src"),
+        _c("funcol.all_reduce", TENSOR, "self", ALLREDUCE, reduce_arg="reduceOp"),
+        _c("funcol.all_reduce_coalesced", TENSOR_LIST, "self", ALLREDUCE, reduce_arg="reduceOp"),
+        _c("funcol.all_gather_single", TENSOR_TIMES_N, "self", SPREAD),
+        _c("funcol.all_gather_single_autograd", TENSOR_TIMES_N, "self", SPREAD),
+        _c("funcol.all_gather_tensor", TENSOR_TIMES_N, "self", SPREAD),
+        _c("funcol.all_gather_tensor_autograd", TENSOR_TIMES_N, "self", SPREAD),
+        _c("funcol.all_gather_single_coalesced", TENSOR_LIST_TIMES_N, "self", SPREAD),
+        _c("funcol.all_gather_into_tensor_coalesced", TENSOR_LIST_TIMES_N, "self", SPREAD),
+        _c("funcol.reduce_scatter_single", TENSOR, "self", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.reduce_scatter_single_autograd", TENSOR, "self", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.reduce_scatter_tensor", TENSOR, "self", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.reduce_scatter_tensor_autograd", TENSOR, "self", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.reduce_scatter_single_coalesced", TENSOR_LIST, "inputs", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.reduce_scatter_tensor_coalesced", TENSOR_LIST, "inputs", SPREAD, reduce_arg="reduceOp"),
+        _c("funcol.all_to_all_single", TENSOR, "self", SPREAD),
+        _c("funcol.all_to_all_single_autograd", TENSOR, "self", SPREAD),
+        _c("funcol.permute_tensor", TENSOR, "self", SPREAD),
     ]
 }
 

@@ -24,6 +24,7 @@ def render_summary(s: dict, problems: list[str] | None = None) -> str:
             [[str(r["rank"]), r["host"], str(r["pid"]), r["device"], r["status"], str(r.get("dropped", 0))] for r in ranks],
             {0, 2, 5},
         )
+    out += _audit_lines(s.get("per_rank", []))
     out.append("")
     if s["ops"]:
         out += _table(
@@ -72,4 +73,23 @@ def render_diagnosis(d: dict, max_frames: int = 4) -> list[str]:
         for f in frames:
             text = f" — {f['text']}" if f.get("text") else ""
             lines.append(f"      {f['file']}:{f['line']} in {f.get('function', '')}{text}")
+    return lines
+
+
+def _audit_lines(per_rank: list[dict]) -> list[str]:
+    """Under the rank table: collectives the backend ran that commviz did not see,
+    and why a rank could not be audited (ranks sharing a reason share a line)."""
+    lines, states = [], {}
+    for pr in per_rank:
+        a = pr.get("audit")
+        if not a:
+            continue
+        if "state" in a:
+            states.setdefault(a["state"], []).append(pr["rank"])
+        elif a.get("unseen"):
+            ops = ", ".join(f"{n} {op}" for op, n in sorted(a["unseen"].items()))
+            lines.append(f"rank {pr['rank']}: unseen by commviz: {ops} of {sum(a['backend'].values())} backend ops "
+                         "(a ProcessGroup method called directly, or a C++ extension)")
+    for state, ranks in states.items():
+        lines.append(f"audit of rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}: {state}")
     return lines

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from commviz.commands._trace import load_trace
+from commviz.commands._trace import add_path_arguments, load_trace
 from commviz.commands.base import Command
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", metavar="FILE_OR_DIR")
+    add_path_arguments(p)
     p.add_argument("--perfetto", required=True, metavar="OUT", help="JSON file to write")
 
 
@@ -17,9 +17,9 @@ def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.trace.perfetto import to_chrome_trace
 
-    loaded = load_trace(args.path)
+    loaded = load_trace(args.path, rank_map=args.rank_map)
     model = Model(keep_ops=True)  # every paired op, for the export
-    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
+    model.ingest_trace(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
     doc = to_chrome_trace(model)
     with open(args.perfetto, "w") as f:
         json.dump(doc, f)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 
 from commviz.commands._dashboard import run_app, topology_option
-from commviz.commands._trace import load_trace
+from commviz.commands._trace import add_path_arguments, load_trace
 from commviz.commands.base import TOPOLOGY_HELP, Command
 from commviz.errors import CommvizError
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", metavar="FILE_OR_DIR")
+    add_path_arguments(p)
     p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)")
     p.add_argument("--topology", metavar="PRESET", help=TOPOLOGY_HELP)
 
@@ -20,10 +20,10 @@ def run(args, cmd: list[str]) -> int:
     from commviz.tui.feed import ReplayFeed
 
     topology = topology_option(args.topology)
-    loaded = load_trace(args.path)
+    loaded = load_trace(args.path, rank_map=args.rank_map)
     if not loaded.batches:
         raise CommvizError(f"{args.path}: no events to replay")
-    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated)
+    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
     feed.set_speed(args.speed)
     return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from commviz.commands._trace import load_trace
+from commviz.commands._trace import add_path_arguments, load_trace
 from commviz.commands.base import JSON_HELP, Command
 
 
 def add_arguments(p) -> None:
-    p.add_argument("path", metavar="FILE_OR_DIR")
+    add_path_arguments(p)
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--hang-after", type=float, default=1.0, metavar="S",
                    help="ops still waiting this long at the end of the trace count as a hang (default 1)")
@@ -19,17 +19,20 @@ def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.report import render_summary
 
-    loaded = load_trace(args.path, note=False)  # problems go into the summary itself
+    loaded = load_trace(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
     model = Model(hang_after_s=args.hang_after)
-    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
+    model.ingest_trace(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems
+    if loaded.notes:
+        s["notes"] = loaded.notes  # what torch's files cannot tell
     if args.json:
         print(json.dumps(s, indent=2))
     else:
-        print(render_summary(s, loaded.problems))
+        print(render_summary(s, loaded.problems + loaded.notes))
     return 0
 
 
-COMMAND = Command("summary", "per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR", add_arguments, run)
+COMMAND = Command("summary", "per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR, or of torch's "
+                  "flight-recorder dumps / profiler traces", add_arguments, run)

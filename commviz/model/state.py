@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from commviz import ops as opcat
 from commviz.events import (
+    Audit,
     Batch,
     Counters,
     Event,
@@ -25,6 +26,7 @@ from commviz.events import (
     Stack,
     Stopped,
 )
+from commviz.model import audit as audit_mod
 from commviz.model import desync as desync_mod
 from commviz.model.clock import offset_ns, order_events
 from commviz.model.diagnose import Findings, diagnose
@@ -88,6 +90,8 @@ class RankState:
     seqs: dict[str, int] = field(default_factory=dict)  # group -> highest collective seq started
     stacks: StackStore = field(default_factory=StackStore)
     stopped: Stopped | None = None  # the watcher stopped the job while this rank ran
+    windows: audit_mod.Windows = field(default_factory=audit_mod.Windows)  # recent events, for the audit
+    audit: dict | None = None  # against torch's flight recorder (model/audit.py)
 
     @property
     def gone(self) -> bool:
@@ -178,22 +182,28 @@ class Model:
         elif isinstance(ev, Stopped):
             if not r.gone:
                 r.stopped = ev
+        elif isinstance(ev, Audit):
+            inflight = [(f.start.group, f.start.t) for f in r.inflight.values()]
+            r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
             r.gone_reason = ev.reason
             r.gone_t = ev.t + r.offset_ns
 
-    def ingest_trace(self, batches: list[Batch], cut_off: bool = False) -> None:
+    def ingest_trace(self, batches: list[Batch], cut_off: bool = False, snapshot: bool = False) -> None:
         """A whole trace, in the one order every reader uses (`clock.order_events`),
         then `end_of_trace`."""
         for _, rank, ev in order_events(batches):
             self.ingest(rank, ev)
-        self.end_of_trace(cut_off)
+        self.end_of_trace(cut_off, snapshot)
 
-    def end_of_trace(self, cut_off: bool = False) -> None:
+    def end_of_trace(self, cut_off: bool = False, snapshot: bool = False) -> None:
         """The trace is over: a rank that did not say goodbye did not exit cleanly
-        (killed, crashed, or the file was `cut_off` before its goodbye)."""
+        (killed, crashed, or the file was `cut_off` before its goodbye) — unless the
+        trace is a `snapshot` of ranks still running (torch's flight-recorder dumps)."""
+        if snapshot:
+            return
         why = "trace cut off" if cut_off else "no goodbye in the trace (killed?)"
         for rank, r in self.ranks.items():
             if not r.gone:
@@ -271,6 +281,7 @@ class Model:
         c = r.per_op.setdefault(s.op, [0, 0])
         c[0] += 1
         c[1] += nbytes
+        r.windows.add(s.group, s.t, e.t)
         r.last_op = s.op
         r.last_op_end = end_wall
         r.last_start = s
@@ -475,16 +486,13 @@ class Model:
                     "dropped": r.dropped,
                 }
             )
-        per_rank = [
-            {
-                "rank": rank,
-                "ops": {
-                    op: {"count": c, "bytes": b}
-                    for op, (c, b) in sorted(self.ranks[rank].per_op.items())
-                },
-            }
-            for rank in sorted(self.ranks)
-        ]
+        per_rank = []
+        for rank in sorted(self.ranks):
+            r = self.ranks[rank]
+            row = {"rank": rank, "ops": {op: {"count": c, "bytes": b} for op, (c, b) in sorted(r.per_op.items())}}
+            if r.audit is not None:
+                row["audit"] = r.audit
+            per_rank.append(row)
         return {
             "world_size": self.world_size,
             "backend": self.backend,
@@ -522,6 +530,7 @@ class Model:
                     "dropped": r.dropped,
                     "last_op": r.last_op,
                     "where": st.where() if st is not None else "",
+                    "unseen": dict(r.audit.get("unseen", {})) if r.audit else {},
                 }
             )
         return rows

@@ -94,6 +94,9 @@ class Probe:
         self.ring_end = _no_ring_end  # never None: an op that began with the ring may end after it closed
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
+        from commviz.probe.audit import Auditor
+
+        self.auditor = Auditor(self)  # reads torch's flight recorder at exit and on long ops
         try:
             self.waiters.install(c10d.Work)
             self.wrapper_codes.add(c10d.Work.wait.__code__)
@@ -204,6 +207,10 @@ class Probe:
         s = self.sender
         if s is None:
             return
+        try:
+            self.auditor.now()  # before the last flush, which carries it
+        except Exception as exc:
+            self.health.internal("audit", exc)
         self.sender = None
         self.started = False
         try:
@@ -260,6 +267,10 @@ class Probe:
         from commviz.events import Stack
         from commviz.probe import stacks
 
+        try:
+            self.auditor.soon()
+        except Exception as exc:
+            self.health.internal("audit", exc)
         try:
             found = stacks.threads_inside(self.wrapper_codes)
             if not found:

@@ -535,10 +535,20 @@ def install(addr: str | None = None, trace_dir: str | None = None):
         # `import torch.distributed`), so DDP is patched when the probe starts, at
         # init_process_group, before any DDP model can exist.
         probe.late_patches.append(lambda: ddp.install(probe, _patched))
+        probe.late_patches.append(lambda: _install_more(probe))
         _probe = probe
         if dist.is_available() and dist.is_initialized():
             probe.ensure_started()
         return probe
+
+
+def _install_more(probe) -> None:
+    """What DDP's constructor and the functional collectives (DTensor) call: C++
+    builtins and tensor-returning functions the generic wrapper cannot take."""
+    from commviz.probe import ddp_start, funcol
+
+    ddp_start.install(probe, _patched)
+    funcol.install(probe, _patched)
 
 
 def current():

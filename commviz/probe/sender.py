@@ -10,7 +10,7 @@ import os
 import threading
 import time
 
-from commviz.events import E_ID, END, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
+from commviz.events import E_ID, END, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, BASE_SCHEMA, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
@@ -31,6 +31,7 @@ class Sender:
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
                  stack_after_s: float = 3.0, on_long_op=None, sampler=None) -> None:
         self.rank = rank
+        self.schema = BASE_SCHEMA  # raised by the first Audit (probe/audit.py)
         self.hello = hello
         self.health = health
         self.queue = queue
@@ -213,7 +214,7 @@ class Sender:
             self._send_backlog()  # a watcher may have come up while the job idles
 
     def _emit(self, events: list) -> None:
-        payload = encode_batch(self.rank, events)
+        payload = encode_batch(self.rank, events, self.schema)
         if self.trace is not None:
             try:
                 self.trace.write(payload)

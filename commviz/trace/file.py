@@ -56,6 +56,8 @@ class Loaded:
     bad_frames: int = 0
     truncated: bool = False
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the files cannot tell (torch's own files)
+    snapshot: bool = False  # a dump taken while the job ran: a rank without a goodbye is not dead
 
 
 def read_trace(path: str | os.PathLike, into: Loaded | None = None) -> Loaded:

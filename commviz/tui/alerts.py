@@ -21,6 +21,7 @@ KIND_STYLE = {
     "dead_rank": "bold red",
     "straggler": "bold yellow",
     "dropped": "yellow",
+    "unseen": "yellow",
     "decode": "yellow",
 }
 
@@ -35,6 +36,13 @@ def alert_rows(diagnoses: list[Diagnosis], ranks: list[dict], decode_errors: int
         where = f"{d.op} #{d.seq} g{d.group}" if d.op else f"group {d.group}"
         key = f"{d.kind}:{d.group}:{d.seq}:{i}"
         rows.append((key, (Text(d.kind, style=KIND_STYLE.get(d.kind, "")), where, d.message), d))
+    for r in ranks:
+        if r.get("unseen"):
+            ops = ", ".join(f"{n} {op}" for op, n in sorted(r["unseen"].items()))
+            msg = (f"rank {r['rank']}'s backend ran collectives commviz did not see: {ops} (a ProcessGroup "
+                   "method called directly, or a C++ extension); counts and diagnoses leave them out")
+            rows.append((f"unseen:{r['rank']}", (Text("unseen", style=KIND_STYLE["unseen"]), f"rank {r['rank']}", msg),
+                         {"kind": "unseen", "message": msg}))
     dropped = [r for r in ranks if r.get("dropped")]
     if dropped:
         total = sum(r["dropped"] for r in dropped)

@@ -60,6 +60,7 @@ class ReplayFeed:
         name: str = "trace",
         model: Model | None = None,
         cut_off: bool = False,
+        snapshot: bool = False,
     ) -> None:
         self.lock = threading.Lock()
         # The app's update thread advances the feed while key presses pause, step and
@@ -78,6 +79,7 @@ class ReplayFeed:
         self._paused = paused
         self._anchor = clock()
         self._cut_off = cut_off  # the file ended mid-frame: said at the end of the trace
+        self._snapshot = snapshot  # torch's dumps of a running job: its ranks are not gone at the end
         self._ended = False  # the model has been told the trace is over
 
     # ----------------------------------------------------------------- Feed
@@ -231,4 +233,4 @@ class ReplayFeed:
         `summary` applies (ranks without a goodbye are gone), so both say the same."""
         if self.done and not self._ended:
             self._ended = True
-            self.model.end_of_trace(self._cut_off)
+            self.model.end_of_trace(self._cut_off, self._snapshot)

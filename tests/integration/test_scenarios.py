@@ -225,9 +225,13 @@ def test_ddp_bucket_count_follows_bucket_cap(tmp_path, isolated_env, cap_mb):
     limits = [1 << 20, 25 << 20] if cap_mb is None else [int(cap_mb * (1 << 20))]
     per_step = rebuilt_bucket_count([grad] * layers, limits)
     assert per_step == (1 if cap_mb is None else layers)
-    same_on_every_rank(j, {"ddp_bucket": (1 + (iters - 1) * per_step, iters * layers * grad)})
+    # DDP's constructor first: the shape check (2 int64 per dimension of each 2-d weight,
+    # all-gathered) and the broadcast of rank 0's weights
+    same_on_every_rank(j, {"ddp_bucket": (1 + (iters - 1) * per_step, iters * layers * grad),
+                           "_verify_params_across_processes": (1, 8 * 2 * 2 * layers * n),
+                           "_broadcast_coalesced": (1, layers * grad)})
     for r in range(n):
-        got = [(s.bucket, s.bytes, s.params) for s in j.ops[r]]
+        got = [(s.bucket, s.bytes, s.params) for s in j.ops[r] if s.op == "ddp_bucket"]
         size = layers * grad // per_step
         assert got == [(0, layers * grad, layers)] + [(b, size, layers // per_step) for b in range(per_step)] * (iters - 1)
 

@@ -44,18 +44,24 @@ def test_ddp_buckets_match_torch(tmp_path, hook):
     first = [int(x) for x in rep["logging"]["bucket_sizes"].split(",")]
     rebuilt = rep["rebuilt_bucket_bytes"]
     assert sum(first) == sum(rep["params"]) and len(rebuilt) == 2
+    # DDP's constructor: the shape check (2 int64 per dimension per parameter, all-gathered)
+    # and the broadcast of rank 0's initial weights (every parameter, no buffers here)
+    dims = 2 * (2 + 1)  # per Linear: weight (2 dims) + bias (1)
+    start_up = [("_verify_params_across_processes", 0, 8 * 2 * dims * 2, -1, ""),
+                ("_broadcast_coalesced", 1, sum(rep["params"]), -1, "")]
     for r in (0, 1):
         got = [(s.op, s.seq, s.bytes, s.bucket, e.error) for s, e in pairs(events[r])]
-        buckets = got[:-1]
+        assert got[:2] == start_up
+        buckets = got[2:-1]
         assert [b[0] for b in buckets] == ["ddp_bucket"] * (len(first) + 2)
         assert sorted(b[2] for b in buckets[len(first):]) == sorted(rebuilt)
         assert [b[2] for b in buckets[: len(first)]] == first
         assert [b[3] for b in buckets] == [0] * len(first) + [0, 1]
-        assert [b[1] for b in buckets] == list(range(len(buckets)))  # one seq each, no inner all_reduce
+        assert [b[1] for b in buckets] == list(range(2, 2 + len(buckets)))  # one seq each, no inner all_reduce
         assert all(b[4] == "" for b in buckets)
         # the job's own all_reduce afterwards is an ordinary event
-        assert got[-1][0] == "all_reduce" and got[-1][1] == len(buckets)
-        params = [s.params for s, _ in pairs(events[r])][:-1]
+        assert got[-1][0] == "all_reduce" and got[-1][1] == 2 + len(buckets)
+        params = [s.params for s, _ in pairs(events[r])][2:-1]
         assert params == [4, 2, 2]
     if hook != "none":
         assert rep["hook_calls"] == [0, 0, 1]  # the user's hook still ran, once per bucket

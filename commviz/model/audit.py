@@ -1,0 +1,98 @@
+"""The audit: what a rank's backend ran (torch's flight recorder) against what
+commviz saw. A recorder entry is seen when the rank's latest event on the same group
+to start before it had not ended when the entry was created: a wrapped call that
+issues several backend ops (object collectives, DDP's bucketed broadcast) covers them
+all, while an async op still in flight covers nothing issued after a later event
+started. Anything else is a collective the job ran past commviz (a ProcessGroup
+method called directly, a C++ extension). Counts per recorder op name:
+`seen[k] + unseen.get(k, 0) == backend[k]`.
+
+Clocks: events are on the rank's monotonic clock, the recorder on the wall clock.
+The audit carries both read at one moment, the hello another; the offset between
+them is interpolated, so clock slewing over a long run does not move entries into
+the wrong event."""
+
+from __future__ import annotations
+
+import bisect
+import collections
+from collections.abc import Iterable
+
+from commviz.events import Audit, Hello
+
+WINDOWS = 8192  # ended events kept per rank for the audit (the recorder keeps ~2000 by default)
+# Clock reading jitter allowed at an event's edges: an entry is created after the
+# event's start was read (little slack there: a later event must not claim it) and
+# before its end was.
+START_SLACK_NS = 20_000
+END_SLACK_NS = 100_000
+
+
+class Windows:
+    """The recent events of one rank, as (group, start, end) on its monotonic clock."""
+
+    def __init__(self, size: int = WINDOWS) -> None:
+        self.ended: collections.deque = collections.deque(maxlen=size)
+        self.dropped_before = -1  # start of the newest event pushed out (-1: none yet)
+
+    def add(self, group: str, t0: int, t1: int) -> None:
+        if len(self.ended) == self.ended.maxlen:
+            self.dropped_before = max(self.dropped_before, self.ended[0][1])
+        self.ended.append((group, t0, t1))
+
+
+def _offset_at(hello: Hello | None, a: Audit):
+    """wall - mono as a function of the monotonic time, interpolated between the
+    hello and the audit (constant when only one is known)."""
+    off_a = a.wall_ns - a.t
+    if hello is None or hello.mono_ns >= a.t:
+        return lambda m: off_a
+    off_h, span = hello.wall_ns - hello.mono_ns, a.t - hello.mono_ns
+    return lambda m: off_h + (off_a - off_h) * (m - hello.mono_ns) / span
+
+
+def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None, a: Audit) -> dict:
+    """The per-rank `audit` of the summary (DESIGN.md): backend/seen/unseen counts, or
+    {"state": why} when the recorder cannot be compared."""
+    if a.state:
+        return {"state": a.state}
+    if not a.ops:
+        return {"state": "empty: the flight recorder holds no entries"}
+    offset = _offset_at(hello, a)
+
+    def to_mono(t_wall: int) -> int:  # one refinement step suffices: the offset changes slowly
+        return t_wall - int(offset(t_wall - (a.wall_ns - a.t)))
+
+    by_group: dict[str, tuple[list[int], list[int]]] = {}
+    spans = sorted([(t0, t1, g) for g, t0, t1 in w.ended] + [(t0, 1 << 62, g) for g, t0 in inflight])
+    for t0, t1, g in spans:
+        starts, ends = by_group.setdefault(g, ([], []))
+        starts.append(t0)
+        ends.append(t1)
+    if w.dropped_before >= 0 and to_mono(min(op.t_wall for op in a.ops)) <= w.dropped_before:
+        return {"state": f"partial: commviz keeps the last {w.ended.maxlen} ops per rank and the flight "
+                         "recorder reaches further back"}
+    backend: collections.Counter = collections.Counter()
+    seen: collections.Counter = collections.Counter()
+    for op in a.ops:
+        backend[op.op] += 1
+        if _inside(by_group.get(op.group), to_mono(op.t_wall)):
+            seen[op.op] += 1
+    return {
+        "backend": dict(sorted(backend.items())),
+        "seen": {k: seen.get(k, 0) for k in sorted(backend)},
+        "unseen": {k: n - seen.get(k, 0) for k, n in sorted(backend.items()) if n > seen.get(k, 0)},
+    }
+
+
+def _inside(spans: tuple[list[int], list[int]] | None, m: int) -> bool:
+    """Whether the latest event of the group started before `m` was still on at `m`."""
+    if spans is None:
+        return False
+    starts, ends = spans
+    i = bisect.bisect_right(starts, m + START_SLACK_NS) - 1
+    return i >= 0 and ends[i] >= m - END_SLACK_NS
+
+
+def unseen_total(audit: dict | None) -> int:
+    return sum((audit or {}).get("unseen", {}).values())

@@ -1,0 +1,65 @@
+"""Events for calls the generic wrapper cannot read by signature (C++ builtins, the
+functional collectives): the caller works out the payload, this starts the event in
+the group's sequence like any collective."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+from commviz.probe.core import Rec
+from commviz.probe.sender import START
+
+
+def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, cuda: bool, root: int = -1,
+          is_async: bool = False, reduce_op: str = "") -> Rec | None:
+    """Start an event for a collective on `pg`; None when this rank is not in the group
+    or the probe is not running (the call then runs unobserved, as torch runs it)."""
+    if not probe.started and not probe.ensure_started():
+        return None
+    g = probe.group_info(pg)
+    if g is None:
+        return None
+    seq = probe.next_seq(g)
+    op_id = next(probe.ids)
+    t0 = time.monotonic_ns()
+    probe.push((START, op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
+    return Rec(op_id, name, t0, -1, cuda, g.backend)
+
+
+def guarded(probe, name: str, orig, start, finish):
+    """A wrapper around `orig`: `start(args, kwargs) -> Rec | None` before the call,
+    `finish(rec, result)` after it; nested public calls inside are no events, a user's
+    exception passes through unchanged (and ends the event with it), and anything
+    failing in commviz is reported once and costs the call nothing."""
+    tls, health = probe.tls, probe.health
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if tls.depth:
+            return orig(*args, **kwargs)
+        try:
+            rec = start(args, kwargs)
+        except Exception as exc:
+            result = orig(*args, **kwargs)  # torch rejects bad arguments itself
+            health.internal(name, exc)
+            return result
+        if rec is None:
+            return orig(*args, **kwargs)
+        tls.depth = 1
+        try:
+            result = orig(*args, **kwargs)
+        except BaseException as exc:
+            tls.depth = 0
+            probe.fail(rec, exc)
+            raise
+        tls.depth = 0
+        try:
+            finish(rec, result)
+        except Exception as exc:
+            health.internal(name, exc)
+        return result
+
+    wrapper._commviz_original = orig
+    probe.wrapper_codes.add(wrapper.__code__)
+    return wrapper

@@ -1,0 +1,134 @@
+"""torch.distributed._functional_collectives: what DTensor, tensor parallelism and
+compiled models call. Each public function that issues a collective is one event
+("funcol.<name>"); the calls they make of each other (all_gather_tensor →
+all_gather_single, permute_tensor → all_to_all_single) are not events of their own.
+
+These functions return an AsyncCollectiveTensor at once and torch offers no hook on
+the completion of the work behind it, so the event ends when that tensor is complete
+as Python sees it: when its wait returns (the user's first use of it, DTensor's own
+wait, or an explicit `.wait()`), or when it is freed unwaited — never because commviz
+waited on it."""
+
+from __future__ import annotations
+
+import inspect
+import time
+import weakref
+
+from commviz import ops as opcat
+from commviz.probe import calls
+from commviz.probe.core import dtype_name
+from commviz.probe.sender import END
+
+# function -> (bytes: "tensor" | "gathered" | "list" | "list_gathered")
+FUNCTIONS = {
+    "broadcast": "tensor", "all_reduce": "tensor", "all_reduce_coalesced": "list",
+    "all_gather_single": "gathered", "all_gather_single_autograd": "gathered",
+    "all_gather_tensor": "gathered", "all_gather_tensor_autograd": "gathered",
+    "all_gather_single_coalesced": "list_gathered", "all_gather_into_tensor_coalesced": "list_gathered",
+    "reduce_scatter_single": "tensor", "reduce_scatter_single_autograd": "tensor",
+    "reduce_scatter_tensor": "tensor", "reduce_scatter_tensor_autograd": "tensor",
+    "reduce_scatter_single_coalesced": "list", "reduce_scatter_tensor_coalesced": "list",
+    "all_to_all_single": "tensor", "all_to_all_single_autograd": "tensor", "permute_tensor": "tensor",
+}
+
+
+class _Pending:
+    """Ops whose returned tensors are not waited on yet, by the storage they fill."""
+
+    def __init__(self, probe) -> None:
+        self.probe = probe
+        self.by_storage: dict[int, list] = {}  # data_ptr -> [op_id, tensors still to wait]
+
+    def watch(self, rec, acts: list) -> None:
+        entry = [rec.id, len(acts)]
+        for a in acts:
+            key = _storage(a.elem)
+            self.by_storage[key] = entry
+            weakref.finalize(a, self.done, key)
+
+    def done(self, key: int) -> None:
+        entry = self.by_storage.pop(key, None)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            self.probe.push((END, entry[0], time.monotonic_ns(), "", -1, -1))
+
+
+def _storage(t) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def install(probe, patched: list) -> None:
+    import torch.distributed._functional_collectives as funcol
+
+    pending = _Pending(probe)
+    for fname, rule in FUNCTIONS.items():
+        orig = getattr(funcol, fname, None)
+        if orig is None or getattr(orig, "_commviz_original", None) is not None:
+            continue
+        name = "funcol." + fname
+        params = list(inspect.signature(orig).parameters)
+        start = _starter(probe, funcol, name, rule, params)
+        w = calls.guarded(probe, name, orig, start, lambda rec, result: _finish(probe, funcol, pending, rec, result))
+        setattr(funcol, fname, w)
+        patched.append((funcol, fname, orig, w))
+    wait = funcol.wait_tensor
+    if getattr(wait, "_commviz_original", None) is None:
+        def wait_tensor(tensor):
+            out = wait(tensor)
+            try:
+                if pending.by_storage:
+                    pending.done(_storage(tensor))
+            except Exception as exc:
+                probe.health.internal("funcol.wait_tensor", exc)
+            return out
+
+        wait_tensor._commviz_original = wait
+        funcol.wait_tensor = wait_tensor
+        patched.append((funcol, "wait_tensor", wait, wait_tensor))
+
+
+def _starter(probe, funcol, name: str, rule: str, params: list[str]):
+    gi, ri = params.index("group"), params.index("tag") if "tag" in params else 99
+    red = next((i for i, p in enumerate(params) if p == "reduceOp"), 99)
+    spec = opcat.spec(name)
+
+    def start(args, kwargs):
+        group = args[gi] if len(args) > gi else kwargs["group"]
+        tag = args[ri] if len(args) > ri else kwargs.get("tag", "")
+        pg = _process_group(funcol, group, tag)
+        g = probe.group_info(pg)
+        if g is None:
+            return None
+        x = args[0] if args else kwargs[params[0]]
+        tensors = list(x) if rule.startswith("list") else [x]
+        nbytes = sum(t.nbytes for t in tensors) * (g.size if rule.endswith("gathered") else 1)
+        t = tensors[0]
+        reduce_op = args[red] if len(args) > red else kwargs.get("reduceOp", "")
+        root = -1
+        if spec is not None and spec.root_arg:  # broadcast: src is a rank of the group
+            src = int(args[1] if len(args) > 1 else kwargs.get("src", -1))
+            root = g.ranks[src] if 0 <= src < g.size else -1
+        return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), t.is_cuda, root=root,
+                           is_async=True, reduce_op=str(reduce_op).upper() if reduce_op else "")
+
+    return start
+
+
+def _process_group(funcol, group, tag):
+    """A ProcessGroup from any form funcol accepts (group, name, mesh, (mesh, dim), ranks)."""
+    import torch.distributed.distributed_c10d as c10d
+
+    g = funcol._resolve_group(group, tag)
+    return c10d._resolve_process_group(g) if isinstance(g, str) else g
+
+
+def _finish(probe, funcol, pending: _Pending, rec, result) -> None:
+    outs = result if isinstance(result, (list, tuple)) else [result]
+    acts = [t for t in outs if isinstance(t, funcol.AsyncCollectiveTensor) and not t.completed]
+    if acts:
+        pending.watch(rec, acts)
+    else:
+        probe.end_now(rec)  # already waited inside the call (tracing, a gather on another dim)
