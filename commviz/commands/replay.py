@@ -25,7 +25,8 @@ def run(args, cmd: list[str]) -> int:
         raise CommvizError(f"{args.path}: no events to replay")
     feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated)
     feed.set_speed(args.speed)
-    return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
+    return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology,
+                   simulate=topology is not None)
 
 
 COMMAND = Command("replay", "dashboard on a recorded trace", add_arguments, run)

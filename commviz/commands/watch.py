@@ -39,7 +39,7 @@ def watch(cmd: list[str], listen: str | None = None, record_to: str | None = Non
         except BaseException:
             feed.close()
             raise
-    return run_app(feed, title, job, topology=topo)
+    return run_app(feed, title, job, topology=topo, simulate=bool(topology))
 
 
 COMMAND = Command(

@@ -50,7 +50,9 @@ class WatchApp(App):
     """Dashboard on a `Feed` (live or replay).
 
     `topology`: a `commviz.topo.Topology` (from `--topology` or NVML) to lay GPUs out
-    by and to know link capacities; None draws what the hellos say. `clock`: monotonic
+    by and to know link capacities; None draws what the hellos say. `simulate`: the
+    user chose it, so ranks without a GPU are shown on its GPUs (the title says
+    "simulated"). `clock`: monotonic
     seconds for the animation (tests pass a fake one); `animate=False` starts with the
     animation clock stopped at `t_anim` (snapshot tests)."""
 
@@ -79,12 +81,13 @@ class WatchApp(App):
 
     def __init__(self, feed: Feed, title: str = "commviz", refresh_hz: float = 4, anim_hz: float = 20,
                  topology=None, clock=None, animate: bool = True, t_anim: float = 0.0,
-                 table_every: int = 2) -> None:
+                 table_every: int = 2, simulate: bool = False) -> None:
         super().__init__()
         import time
 
         self.feed = feed
-        self.title = title
+        self.title = self._base_title = title
+        self.simulate = simulate
         self.refresh_hz = refresh_hz
         self.anim_hz = anim_hz
         self.topology = topology
@@ -175,7 +178,7 @@ class WatchApp(App):
             self._updater.schedule_update(tables)
 
     def _fetch(self, force: bool = False) -> Fetched:
-        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force)
+        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force, self.simulate)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
         try:
@@ -203,6 +206,8 @@ class WatchApp(App):
         tables = tables or self._force_tables or self.snapshot is None
         self._force_tables = False
         self.snapshot = snap
+        if snap.simulated:
+            self.title = f"{self._base_title} · {self.topology.host} simulated"
         self._show(snap, tables)
 
     def _show(self, snap: Snapshot, tables: bool = True) -> None:

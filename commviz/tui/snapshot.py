@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from commviz.model.diagnosis import Diagnosis
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
+from commviz.model.placement import Place, simulated_place
 from commviz.tui.alerts import alert_rows
 from commviz.tui.fmt import format_bps
 from commviz.tui.widgets.flow import FlowData, FlowNode
-from commviz.tui.widgets.links import Place
 
 SPARK_WIDTH = 120  # columns of history copied for the sparklines
 RECENT_EDGE_NS = 10_000_000_000
@@ -41,6 +41,7 @@ class Snapshot:
     samples: dict[str, dict[str, float]] = field(default_factory=dict)
     focus: int | None = None  # the rank whose traffic and history are shown, None: all
     procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
+    simulated: bool = False  # CPU ranks are shown on the topology's GPUs
 
 
 @dataclass
@@ -56,7 +57,7 @@ class Fetched:
     lock_hold_s: float = 0.0
 
 
-def fetch(feed, focus: int | None, topology, frozen: bool) -> Fetched:
+def fetch(feed, focus: int | None, topology, frozen: bool, simulate: bool = False) -> Fetched:
     """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
     only the headline numbers for the status line)."""
     feed.advance()
@@ -64,7 +65,7 @@ def fetch(feed, focus: int | None, topology, frozen: bool) -> Fetched:
     t0 = time.perf_counter()
     with feed.lock:
         t1 = time.perf_counter()
-        snap = None if frozen else take_snapshot(feed.model, now, focus, topology)
+        snap = None if frozen else take_snapshot(feed.model, now, focus, topology, simulate=simulate)
         info = model_info(feed.model) if snap is None else snap.info
     t2 = time.perf_counter()
     if snap is not None:
@@ -107,8 +108,19 @@ def model_info(m) -> dict:
     }
 
 
-def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH) -> Snapshot:
-    """Call with the feed's lock held."""
+def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: bool) -> tuple[Place, bool]:
+    """Where the flow view and the links panel put a rank, and whether that place is
+    simulated: with `simulate` (the user chose the topology), a rank without a GPU
+    sits on the topology's GPUs by rank (`simulated_place`)."""
+    gpu = gpu_index(hello, topology)
+    if gpu is None and simulate and topology is not None and topology.gpus:
+        return simulated_place(rank, world_size, topology), True
+    return Place(host, gpu), False
+
+
+def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH,
+                  simulate: bool = False) -> Snapshot:
+    """Call with the feed's lock held. `simulate`: CPU ranks on the topology's GPUs."""
     snap = Snapshot(now=now, info=model_info(m), focus=focus)
     found = m.findings(now)  # once per snapshot: the rows and the alerts share it
     rank_rows = m.rank_rows(now, found)
@@ -135,9 +147,11 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     nodes = []
     for row in rank_rows:
         r = m.ranks[row["rank"]]
-        host = row["host"]
-        gpu = gpu_index(r.hello, topology)
-        snap.places[row["rank"]] = Place(host, gpu)
+        place, simulated = place_of(row["rank"], row["host"], r.hello, m.world_size or len(m.ranks), topology,
+                                    simulate)
+        host, gpu = place.host, place.gpu
+        snap.simulated |= simulated
+        snap.places[row["rank"]] = place
         nodes.append(FlowNode(row["rank"], host, gpu, row["status"], row["op"].partition("#")[0]))
         if fabric and gpu is not None:
             hosts[host] = fabric

@@ -53,3 +53,10 @@ def test_light_theme_100x30(snap_compare):
 
     feed = scenes.with_p2p(scenes.busy_ring(8), 2, 6)
     assert snap_compare(app_for(feed), terminal_size=(100, 30), run_before=light)
+
+
+def test_simulated_dgx_120x40(snap_compare):
+    """Eight CPU ranks with --topology dgx-h100: placed on the preset's GPUs (title says
+    simulated), the ring on the NVSwitch fabric, links against 450 GB/s."""
+    topo = discover(load_preset("dgx-h100"))
+    assert snap_compare(app_for(scenes.busy_ring(8), topology=topo, simulate=True), terminal_size=(120, 40))
