@@ -32,6 +32,7 @@ from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import AlertsTable, LinksTable, OpsTable, RanksTable
 from commviz.tui.widgets.throughput import ThroughputPanel
+from commviz.tui.widgets.timeline import TimelineBar
 
 LIVE_HINT = (
     "Waiting for ranks…\n\n"
@@ -72,9 +73,13 @@ class WatchApp(App):
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("left_square_bracket", "seek(-0.1)", "Back 10%", key_display="["),
         Binding("right_square_bracket", "seek(0.1)", "Fwd 10%", key_display="]"),
+        # Said on the timeline itself (the footer has no room left at 80 columns).
+        Binding("b", "step_back", "Step back", show=False),
+        Binding("comma", "seek_tick(0)", "Previous mark", show=False),
+        Binding("full_stop", "seek_tick(1)", "Next mark", show=False),
     ]
 
-    REPLAY_ACTIONS = {"play_pause", "step", "slower", "faster", "seek"}
+    REPLAY_ACTIONS = {"play_pause", "step", "step_back", "slower", "faster", "seek", "seek_tick"}
 
     focus_rank: reactive[int | None] = reactive(None, init=False)  # one rank's traffic and history
     frozen: reactive[bool] = reactive(False, init=False)  # the view is paused (p)
@@ -122,6 +127,7 @@ class WatchApp(App):
                     flow = FlowView(id="flow")
                     flow.border_title = "Flow"
                     yield flow
+                    yield TimelineBar(id="timeline")
                     tp = ThroughputPanel(id="throughput")
                     tp.border_title = "Throughput"
                     yield tp
@@ -144,6 +150,8 @@ class WatchApp(App):
         self._ranks = self.query_one("#ranks", RanksTable)
         self._ops = self.query_one("#ops", OpsTable)
         self._alerts = self.query_one("#alerts", AlertsTable)
+        self._timeline = self.query_one("#timeline", TimelineBar)
+        self._timeline.display = self.replay is not None
         self._flow.t_anim = self._t_anim0
         if not self._animate:
             self._flow.freeze()
@@ -200,6 +208,8 @@ class WatchApp(App):
         self._drawn = number
         self.lock_wait_s, self.lock_hold_s = fetched.lock_wait_s, fetched.lock_hold_s
         self._update_status(fetched.status, fetched.info, fetched.now)
+        if self.replay is not None:
+            self._timeline.show(self.replay.timeline, fetched.now)
         snap = fetched.snap
         if snap is None:
             return
@@ -321,6 +331,15 @@ class WatchApp(App):
 
     def action_step(self) -> None:
         self._replay_then_refresh(lambda rp: rp.step())
+
+    def action_step_back(self) -> None:
+        self._replay_then_refresh(lambda rp: rp.step_back())
+
+    def action_seek_tick(self, forward: int) -> None:
+        self._replay_then_refresh(lambda rp: rp.seek_tick(bool(forward)))
+
+    def on_timeline_bar_seek(self, message: TimelineBar.Seek) -> None:
+        self._replay_then_refresh(lambda rp: rp.seek(message.fraction))
 
     def action_slower(self) -> None:
         self._replay_then_refresh(lambda rp: rp.slower())
