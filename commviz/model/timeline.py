@@ -33,6 +33,11 @@ class Timeline:
     end: int
     ticks: list[Tick] = field(default_factory=list)  # by time
 
+    def add(self, ticks: list[Tick]) -> None:
+        """More ticks (a new list, swapped in whole: readers on other threads see the
+        old one or the new one)."""
+        self.ticks = sorted([*self.ticks, *ticks], key=lambda k: (k.t, k.kind is not None))
+
     def fraction(self, t: int) -> float:
         span = self.end - self.start
         return 0.0 if span <= 0 else min(1.0, max(0.0, (t - self.start) / span))
@@ -58,24 +63,36 @@ class Timeline:
 
 def build_timeline(events: list[tuple[int, int, Event]], cut_off: bool = False,
                    thresholds: Thresholds | None = None) -> Timeline:
-    """The timeline of ordered events (`clock.order_events`)."""
+    """The timeline of ordered events (`clock.order_events`): `mark_timeline`, then
+    `diagnosis_ticks` added (the costly part: a model fed the whole trace)."""
+    tl = mark_timeline(events)
+    tl.add(diagnosis_ticks(events, cut_off, thresholds))
+    return tl
+
+
+def mark_timeline(events: list[tuple[int, int, Event]]) -> Timeline:
+    """The span and the marks: one quick pass."""
     if not events:
         return Timeline(0, 0)
+    marks = [Tick(t, ev.text) for t, _, ev in events if isinstance(ev, Mark)]
+    return Timeline(events[0][0], events[-1][0], marks)
+
+
+def diagnosis_ticks(events: list[tuple[int, int, Event]], cut_off: bool = False,
+                    thresholds: Thresholds | None = None) -> list[Tick]:
+    """Where each of the trace's diagnoses (as `commviz summary` finds them) began."""
+    if not events:
+        return []
     scratch = Model(thresholds=thresholds)
     first_start: dict[tuple[str, int, str], int] = {}
-    ticks: list[Tick] = []
     for t, rank, ev in events:
         scratch.ingest(rank, ev)
         if isinstance(ev, OpStart):
             first_start.setdefault((ev.group, ev.seq, ev.op), t)
-        elif isinstance(ev, Mark):
-            ticks.append(Tick(t, ev.text))
     scratch.end_of_trace(cut_off)
     end = events[-1][0]
-    for d in scratch.findings(end).diagnoses:
-        ticks.append(Tick(_when(d, first_start, scratch, end), f"{d.kind.upper()}: {d.message}", d.kind))
-    ticks.sort(key=lambda k: (k.t, k.kind is None))
-    return Timeline(events[0][0], end, ticks)
+    return [Tick(_when(d, first_start, scratch, end), f"{d.kind.upper()}: {d.message}", d.kind)
+            for d in scratch.findings(end).diagnoses]
 
 
 def _when(d: Diagnosis, first_start: dict[tuple[str, int, str], int], m: Model, end: int) -> int:

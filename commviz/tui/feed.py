@@ -18,7 +18,7 @@ from typing import Callable, Protocol, runtime_checkable
 from commviz.events import Batch, Event, OpEnd, OpStart
 from commviz.model.clock import order_events
 from commviz.model.state import Model
-from commviz.model.timeline import Timeline, build_timeline
+from commviz.model.timeline import Timeline, diagnosis_ticks, mark_timeline
 from commviz.tui.fmt import format_seconds
 
 MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
@@ -90,9 +90,16 @@ class ReplayFeed:
         self._pos = self.start_ns
         self.paced_speed = paced_speed(self.end_ns - self.start_ns)
         self._speed = self.paced_speed if speed is None else min(MAX_SPEED, max(MIN_SPEED, float(speed)))
-        self.timeline: Timeline = build_timeline(self._events, cut_off, self.model.thresholds)
+        # The marks at once; the diagnoses (a model fed the whole trace) on a thread, so
+        # a big trace does not keep the dashboard from opening. `timeline_done` is set
+        # when they are in.
+        self.timeline: Timeline = mark_timeline(self._events)
+        self.timeline_done = threading.Event()
+        finder = threading.Thread(target=self._find_diagnoses, args=(cut_off,), name="commviz-timeline",
+                                  daemon=True)
+        finder.start()
         self._paused = paused
-        self._anchor = clock()
+        self._anchor: float | None = None  # set by the first advance: the dashboard's start-up is not playback
         self._cut_off = cut_off  # the file ended mid-frame: said at the end of the trace
         self._ended = False  # the model has been told the trace is over
 
@@ -246,11 +253,17 @@ class ReplayFeed:
     def _sync(self) -> None:
         """Move the position by the clock time since the last sync (if playing)."""
         now = self._clock()
-        if not self._paused:
+        if not self._paused and self._anchor is not None:
             self._pos += round((now - self._anchor) * 1e9 * self._speed)
             if self._pos > self.end_ns:
                 self._pos = self.end_ns
         self._anchor = now
+
+    def _find_diagnoses(self, cut_off: bool) -> None:
+        try:
+            self.timeline.add(diagnosis_ticks(self._events, cut_off, self.model.thresholds))
+        finally:
+            self.timeline_done.set()
 
     def _rebuild(self, n: int, pos: int) -> None:
         """The model from scratch with the first `n` events, the position at `pos`

@@ -89,7 +89,7 @@ class TimelineBar(Static):
         if self.timeline is None:
             return
         width = self.content_region.width or self.size.width or 40
-        key = (width, self.now, id(self.timeline))
+        key = (width, self.now, id(self.timeline.ticks))  # the diagnoses arrive later, as a new list
         if key == self._drawn:
             return
         self._drawn = key
