@@ -11,7 +11,9 @@ this job's (gloo on CPU), the links and their capacities are the preset's. A rin
 all_reduce sends 2(n-1)/n·S over every edge of the ring, all edges at once, so it
 ends when the slowest edge is done: busbw can be no more than that edge's bandwidth.
 
-What to look for, in the Links panel (`l` on narrow terminals):
+What to look for, in the Links panel (`l` on narrow terminals). On a CPU box the
+rates are gloo's, megabytes a second, a sliver of either machine's links: compare
+the util column from edge to edge, not its size.
 
 - dgx-h100: every GPU reaches every other through the NVSwitches with all 18 of its
   NVLinks, so every ring edge is `NVLink×18` of 450 GB/s: the ring is even, and any
@@ -19,7 +21,7 @@ What to look for, in the Links panel (`l` on narrow terminals):
 - pcie-4gpu-2socket: GPUs 0-1 and 2-3 are NVLink-bridged pairs (`NVLink×12`, 300
   GB/s), but edges 1→2 and 3→0 cross from one CPU socket to the other over PCIe
   (`PCIe SYS`, 31.5 GB/s for gen4 x16): the same bytes take ten times more of those
-  links (the util column), and they set the pace of the whole ring.
+  links (0.1% where the pairs show 0.01%), and they set the pace of the whole ring.
 - with 8 ranks the PCIe preset spans two hosts: edges 3→4 and 7→0 leave the box
   (`network`, a capacity the preset does not know), and the flow view draws them on
   the network bar.

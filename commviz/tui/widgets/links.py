@@ -29,7 +29,8 @@ def util_bar(frac: float | None, cells: int = 4) -> Text:
     style = "red" if frac > 0.9 else ("yellow" if frac > 0.6 else "green")
     t = Text("▮" * full, style=style)
     t.append("▯" * (cells - full), style="dim")
-    t.append(f" {frac:4.0%}")
+    # Under 1% still says how much (a CPU job's MB/s against NVLink's GB/s): 0.1%, 0.01%.
+    t.append(f" {frac:4.0%}" if frac >= 0.01 or frac == 0 else f" {frac * 100:.1g}%")
     return t
 
 
