@@ -59,7 +59,7 @@ def ring_bound(preset: str, world: int, nbytes: int) -> str:
     if any(c is None for c in caps):
         return f"{preset}: {kinds}; the slowest edge is the network, which the preset does not describe"
     moved = 2 * (world - 1) / world * nbytes
-    return f"{preset}: {kinds}; at best {moved / (min(caps) * 1e9) * 1e6:.1f} µs per all_reduce"
+    return f"{preset}: {kinds}; at best {moved / (min(caps) * 1e9) * 1e6:.3g} µs per all_reduce"
 
 
 def main() -> int:
