@@ -29,9 +29,18 @@ def util_bar(frac: float | None, cells: int = 4) -> Text:
     style = "red" if frac > 0.9 else ("yellow" if frac > 0.6 else "green")
     t = Text("▮" * full, style=style)
     t.append("▯" * (cells - full), style="dim")
-    # Under 1% still says how much (a CPU job's MB/s against NVLink's GB/s): 0.1%, 0.01%.
-    t.append(f" {frac:4.0%}" if frac >= 0.01 or frac == 0 else f" {frac * 100:.1g}%")
+    t.append(" " + util_text(frac))
     return t
+
+
+def util_text(frac: float) -> str:
+    """Under 1% still says how much, in at most 5 columns (a CPU job's MB/s against
+    NVLink's GB/s): 0.1%, 0.01%, <.01%."""
+    if frac >= 0.01 or frac <= 0:
+        return f"{frac:4.0%}"
+    if frac < 0.0001:
+        return "<.01%"
+    return f"{frac * 100:.1g}%"
 
 
 def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], topology=None,
