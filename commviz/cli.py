@@ -13,6 +13,7 @@ from commviz.errors import CommvizError
 
 EPILOG = """start here:
   commviz demo                                   dashboard + a 4-rank CPU job, one command
+  commviz lesson                                 the course: list the lessons, run one by name
   commviz watch -- torchrun --nproc-per-node 4 scenarios/allreduce.py
   commviz record -o t.cvz -- torchrun --nproc-per-node 4 scenarios/allreduce.py
   commviz summary t.cvz            (or a COMMVIZ_TRACE_DIR of rank-<R>.cvz files)

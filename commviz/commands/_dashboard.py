@@ -43,12 +43,13 @@ def dashboard_topology(name: str | None, local: bool = False):
     return topo if topo.gpus else None
 
 
-def run_app(feed, title: str, job=None, topology=None) -> int:
+def run_app(feed, title: str, job=None, topology=None, simulate: bool = False) -> int:
     """The dashboard until the user quits; then the job (if we launched one) is
-    interrupted and the feed closed."""
+    interrupted and the feed closed. `simulate`: the user chose `topology`, so CPU
+    ranks are shown on its GPUs."""
     from commviz.tui.app import WatchApp
 
-    app = WatchApp(feed, title=title, topology=topology)
+    app = WatchApp(feed, title=title, topology=topology, simulate=simulate)
     try:
         app.run()
     finally:

@@ -1,24 +1,14 @@
-"""`commviz demo`: the dashboard and a small CPU job (scenarios/allreduce.py), one command."""
+"""`commviz demo`: the course's first lesson (an all_reduce on CPU ranks) under the
+dashboard, one command."""
 
 from __future__ import annotations
 
 import argparse
-import os
 
-import commviz
-from commviz import launch
+from commviz import lessons
 from commviz.commands.base import Command
-from commviz.commands.watch import watch
+from commviz.commands.lesson import run_lesson
 from commviz.errors import CommvizError
-
-
-def demo_script() -> str | None:
-    here = os.path.dirname(os.path.abspath(commviz.__file__))
-    for cand in (os.path.join(here, "scenarios", "allreduce.py"),
-                 os.path.join(os.path.dirname(here), "scenarios", "allreduce.py")):
-        if os.path.exists(cand):
-            return cand
-    return None
 
 
 def add_arguments(p) -> None:
@@ -30,12 +20,11 @@ def add_arguments(p) -> None:
 
 
 def run(args, cmd: list[str]) -> int:
-    script = demo_script()
-    if script is None:
-        raise CommvizError("the demo needs scenarios/allreduce.py from a source checkout (pip install -e .)")
-    job_cmd = launch.torchrun(args.nproc, script, "--iters", str(args.iters), "--numel", str(args.numel),
-                              "--interval", str(args.interval))
-    return watch(job_cmd, hang_after_s=args.hang_after)
+    course = lessons.lessons()
+    if not course:
+        raise CommvizError(f"no lessons in {lessons.SCENARIO_DIR}: this install lacks the scenarios; reinstall commviz")
+    flags = ["--iters", str(args.iters), "--numel", str(args.numel), "--interval", str(args.interval)]
+    return run_lesson(course[0], args.nproc, None, args.hang_after, flags)
 
 
-COMMAND = Command("demo", "dashboard + a small CPU job, one command", add_arguments, run)
+COMMAND = Command("demo", "the first lesson: dashboard + a small CPU job, one command", add_arguments, run)

@@ -12,7 +12,9 @@ from commviz.errors import CommvizError
 
 def add_arguments(p) -> None:
     add_path_arguments(p)
-    p.add_argument("--speed", type=float, default=1.0, help="playback speed, 0.25 to 16 (default 1)")
+    p.add_argument("--speed", type=float, default=None,
+                   help="playback speed, 0.001 to 16 (default: 1, or slower for a trace under 10 s, "
+                   "so that it lasts about 10 s)")
     p.add_argument("--topology", metavar="PRESET", help=TOPOLOGY_HELP)
 
 
@@ -23,9 +25,10 @@ def run(args, cmd: list[str]) -> int:
     loaded = load_trace(args.path, rank_map=args.rank_map)
     if not loaded.batches:
         raise CommvizError(f"{args.path}: no events to replay")
-    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
-    feed.set_speed(args.speed)
-    return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology)
+    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot, speed=args.speed,
+                      name=os.path.basename(str(args.path).rstrip("/")))
+    return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology,
+                   simulate=topology is not None)
 
 
 COMMAND = Command("replay", "dashboard on a recorded trace", add_arguments, run)

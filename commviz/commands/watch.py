@@ -25,7 +25,7 @@ def run(args, cmd: list[str]) -> int:
 
 
 def watch(cmd: list[str], listen: str | None = None, record_to: str | None = None, topology: str | None = None,
-          hang_after_s: float = 10.0) -> int:
+          hang_after_s: float = 10.0, title: str = "commviz watch") -> int:
     topo = topology_option(topology, local=True)
     private = f"watch-{os.getpid()}.sock" if cmd else None
     feed, ring_dir = open_feed(listen, private, record_to, hang_after_s, with_rings=bool(cmd))
@@ -39,7 +39,7 @@ def watch(cmd: list[str], listen: str | None = None, record_to: str | None = Non
         except BaseException:
             feed.close()
             raise
-    return run_app(feed, "commviz watch", job, topology=topo)
+    return run_app(feed, title, job, topology=topo, simulate=bool(topology))
 
 
 COMMAND = Command(

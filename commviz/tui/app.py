@@ -33,6 +33,7 @@ from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import AlertsTable, LinksTable, OpsTable, RanksTable
 from commviz.tui.widgets.summary import summary_renderable
 from commviz.tui.widgets.throughput import ThroughputPanel
+from commviz.tui.widgets.timeline import TimelineBar
 
 LIVE_HINT = (
     "Waiting for ranks…\n\n"
@@ -51,7 +52,9 @@ class WatchApp(App):
     """Dashboard on a `Feed` (live or replay).
 
     `topology`: a `commviz.topo.Topology` (from `--topology` or NVML) to lay GPUs out
-    by and to know link capacities; None draws what the hellos say. `clock`: monotonic
+    by and to know link capacities; None draws what the hellos say. `simulate`: the
+    user chose it, so ranks without a GPU are shown on its GPUs (the title says
+    "simulated"). `clock`: monotonic
     seconds for the animation (tests pass a fake one); `animate=False` starts with the
     animation clock stopped at `t_anim` (snapshot tests)."""
 
@@ -72,21 +75,26 @@ class WatchApp(App):
         Binding("plus,equals_sign", "faster", "Faster", key_display="+"),
         Binding("left_square_bracket", "seek(-0.1)", "Back 10%", key_display="["),
         Binding("right_square_bracket", "seek(0.1)", "Fwd 10%", key_display="]"),
+        # Said on the timeline itself (the footer has no room left at 80 columns).
+        Binding("b", "step_back", "Step back", show=False),
+        Binding("comma", "seek_tick(0)", "Previous mark", show=False),
+        Binding("full_stop", "seek_tick(1)", "Next mark", show=False),
     ]
 
-    REPLAY_ACTIONS = {"play_pause", "step", "slower", "faster", "seek"}
+    REPLAY_ACTIONS = {"play_pause", "step", "step_back", "slower", "faster", "seek", "seek_tick"}
 
     focus_rank: reactive[int | None] = reactive(None, init=False)  # one rank's traffic and history
     frozen: reactive[bool] = reactive(False, init=False)  # the view is paused (p)
 
     def __init__(self, feed: Feed, title: str = "commviz", refresh_hz: float = 4, anim_hz: float = 20,
                  topology=None, clock=None, animate: bool = True, t_anim: float = 0.0,
-                 table_every: int = 2) -> None:
+                 table_every: int = 2, simulate: bool = False) -> None:
         super().__init__()
         import time
 
         self.feed = feed
-        self.title = title
+        self.title = self._base_title = title
+        self.simulate = simulate
         self.refresh_hz = refresh_hz
         self.anim_hz = anim_hz
         self.topology = topology
@@ -124,6 +132,7 @@ class WatchApp(App):
                     flow = FlowView(id="flow")
                     flow.border_title = "Flow"
                     yield flow
+                    yield TimelineBar(id="timeline")
                     tp = ThroughputPanel(id="throughput")
                     tp.border_title = "Throughput"
                     yield tp
@@ -153,6 +162,8 @@ class WatchApp(App):
         self._ranks = self.query_one("#ranks", RanksTable)
         self._ops = self.query_one("#ops", OpsTable)
         self._alerts = self.query_one("#alerts", AlertsTable)
+        self._timeline = self.query_one("#timeline", TimelineBar)
+        self._timeline.display = self.replay is not None
         self._flow.t_anim = self._t_anim0
         if not self._animate:
             self._flow.freeze()
@@ -187,7 +198,7 @@ class WatchApp(App):
             self._updater.schedule_update(tables)
 
     def _fetch(self, force: bool = False) -> Fetched:
-        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force,
+        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force, self.simulate,
                      summary_unless=None if self.replay else self._summary_events)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
@@ -209,6 +220,8 @@ class WatchApp(App):
             return  # taken before the one on screen
         self._drawn = number
         self.lock_wait_s, self.lock_hold_s = fetched.lock_wait_s, fetched.lock_hold_s
+        if self.replay is not None:
+            self._timeline.show(self.replay.timeline, fetched.now)
         snap = fetched.snap
         if snap is None:
             self._update_status(fetched.status, fetched.info, fetched.now)
@@ -216,6 +229,8 @@ class WatchApp(App):
         tables = tables or self._force_tables or self.snapshot is None
         self._force_tables = False
         self.snapshot = snap
+        if snap.simulated:
+            self.title = f"{self._base_title} · {self.topology.host} simulated"
         self._show(snap, tables)
         self._show_summary(snap)
         self._update_status(fetched.status, fetched.info, fetched.now)
@@ -359,6 +374,15 @@ class WatchApp(App):
 
     def action_step(self) -> None:
         self._replay_then_refresh(lambda rp: rp.step())
+
+    def action_step_back(self) -> None:
+        self._replay_then_refresh(lambda rp: rp.step_back())
+
+    def action_seek_tick(self, forward: int) -> None:
+        self._replay_then_refresh(lambda rp: rp.seek_tick(bool(forward)))
+
+    def on_timeline_bar_seek(self, message: TimelineBar.Seek) -> None:
+        self._replay_then_refresh(lambda rp: rp.seek(message.fraction))
 
     def action_slower(self) -> None:
         self._replay_then_refresh(lambda rp: rp.slower())

@@ -10,6 +10,7 @@ once its last event is in, applies the model's end-of-trace rule, as `summary` d
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from typing import Callable, Protocol, runtime_checkable
@@ -17,9 +18,21 @@ from typing import Callable, Protocol, runtime_checkable
 from commviz.events import Batch, Event, OpEnd, OpStart
 from commviz.model.clock import order_events
 from commviz.model.state import Model
+from commviz.model.timeline import Timeline, diagnosis_ticks, mark_timeline
+from commviz.tui.fmt import format_seconds
 
-MIN_SPEED = 0.25
+MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
 MAX_SPEED = 16.0
+PACE_S = 10.0  # a shorter trace plays slowed down to last about this long
+
+
+def paced_speed(span_ns: int, pace_s: float = PACE_S) -> float:
+    """The default speed: 1× for a trace of `pace_s` or more, slower for a shorter one
+    so that it lasts about `pace_s` (a 0.4 s trace at 0.04×) and the eye can follow."""
+    span_s = span_ns / 1e9
+    if span_s <= 0 or span_s >= pace_s:
+        return 1.0
+    return max(MIN_SPEED, span_s / pace_s)
 
 
 @runtime_checkable
@@ -47,7 +60,8 @@ class ReplayFeed:
     by the time that passed on `clock` (seconds, monotonic) times the speed, and every
     event whose trace time is at or before the position is then in the model: the model
     is always exactly the trace's state at `now_ns()`. The position stops at the last
-    event's time (`done`).
+    event's time (`done`). `speed=None` paces the trace (`paced_speed`). `timeline`
+    holds the trace's marks and where its diagnoses began, for the timeline bar.
     """
 
     def __init__(
@@ -55,7 +69,7 @@ class ReplayFeed:
         batches: list[Batch],
         clock: Callable[[], float] = time.monotonic,
         *,
-        speed: float = 1.0,
+        speed: float | None = 1.0,
         paused: bool = False,
         name: str = "trace",
         model: Model | None = None,
@@ -75,9 +89,18 @@ class ReplayFeed:
         self.end_ns = self._times[-1] if self._times else 0
         self._i = 0
         self._pos = self.start_ns
-        self._speed = min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        self.paced_speed = paced_speed(self.end_ns - self.start_ns)
+        self._speed = self.paced_speed if speed is None else min(MAX_SPEED, max(MIN_SPEED, float(speed)))
+        # The marks at once; the diagnoses (a model fed the whole trace) on a thread, so
+        # a big trace does not keep the dashboard from opening. `timeline_done` is set
+        # when they are in.
+        self.timeline: Timeline = mark_timeline(self._events)
+        self.timeline_done = threading.Event()
+        finder = threading.Thread(target=self._find_diagnoses, args=(cut_off,), name="commviz-timeline",
+                                  daemon=True)
+        finder.start()
         self._paused = paused
-        self._anchor = clock()
+        self._anchor: float | None = None  # set by the first advance: the dashboard's start-up is not playback
         self._cut_off = cut_off  # the file ended mid-frame: said at the end of the trace
         self._snapshot = snapshot  # torch's dumps of a running job: its ranks are not gone at the end
         self._ended = False  # the model has been told the trace is over
@@ -100,10 +123,10 @@ class ReplayFeed:
             state = "⏸ paused"
         else:
             state = "▶ playing"
-        s = (
-            f"replay {self.name} · {state} {self._speed:g}× · {self.fraction:.0%}"
-            f" · {self._i}/{len(self._events)} events"
-        )
+        speed = f"{self._speed:.3g}×"
+        if self._speed == self.paced_speed != 1.0:
+            speed += f" (a {format_seconds((self.end_ns - self.start_ns) / 1e9)} trace in ~{PACE_S:g} s)"
+        s = f"replay {self.name} · {state} {speed} · {self.fraction:.0%} · {self._i}/{len(self._events)} events"
         if self.model.decode_errors:
             s += f" · {self.model.decode_errors} unreadable: {self.model.last_decode_error}"
         return s
@@ -187,17 +210,42 @@ class ReplayFeed:
                         return ev
         return None
 
+    def step_back(self) -> Event | None:
+        """Pause, then undo the newest op event applied (the model is rebuilt up to just
+        before it; the position moves to the event before it). Returns the op event
+        undone, or None at the start."""
+        with self._control:
+            self.pause()
+            i = self._i - 1
+            while i >= 0 and not isinstance(self._events[i][2], (OpStart, OpEnd)):
+                i -= 1
+            if i < 0:
+                return None
+            with self.lock:
+                self._rebuild(i, self._times[i - 1] if i > 0 else self.start_ns)
+            return self._events[i][2]
+
     def seek(self, fraction: float) -> None:
         """Rebuild the model from scratch up to `fraction` (0..1) of the trace's time."""
         fraction = min(1.0, max(0.0, float(fraction)))
-        target = self.start_ns + round(fraction * (self.end_ns - self.start_ns))
+        self.seek_time(self.start_ns + round(fraction * (self.end_ns - self.start_ns)))
+
+    def seek_time(self, t: int) -> None:
+        """Rebuild the model from scratch up to trace time `t` (clamped to the trace)."""
+        target = min(self.end_ns, max(self.start_ns, int(t)))
         with self._control, self.lock:
             self._anchor = self._clock()
-            self.model.reset()
-            self._ended = False
-            self._i = 0
-            self._pos = target
-            self._apply_locked(target)
+            self._rebuild(bisect.bisect_right(self._times, target), target)
+
+    def seek_tick(self, forward: bool) -> None:
+        """Jump to the next (or previous) mark or diagnosis on the timeline; none: the
+        end (or the start) of the trace."""
+        if forward:
+            tick = self.timeline.next_tick(self._pos)
+            self.seek_time(tick.t if tick else self.end_ns)
+        else:
+            tick = self.timeline.previous_tick(self._pos)
+            self.seek_time(tick.t if tick else self.start_ns)
 
     def seek_by(self, delta: float) -> None:
         self.seek(self.fraction + delta)
@@ -207,11 +255,30 @@ class ReplayFeed:
     def _sync(self) -> None:
         """Move the position by the clock time since the last sync (if playing)."""
         now = self._clock()
-        if not self._paused:
+        if not self._paused and self._anchor is not None:
             self._pos += round((now - self._anchor) * 1e9 * self._speed)
             if self._pos > self.end_ns:
                 self._pos = self.end_ns
         self._anchor = now
+
+    def _find_diagnoses(self, cut_off: bool) -> None:
+        try:
+            self.timeline.add(diagnosis_ticks(self._events, cut_off, self.model.thresholds))
+        finally:
+            self.timeline_done.set()
+
+    def _rebuild(self, n: int, pos: int) -> None:
+        """The model from scratch with the first `n` events, the position at `pos`
+        (call with the lock held)."""
+        self.model.reset()
+        self._ended = False
+        self._i = 0
+        events, model = self._events, self.model
+        for k in range(min(n, len(events))):
+            model.ingest(events[k][1], events[k][2])
+        self._i = min(n, len(events))
+        self._pos = pos
+        self._end_of_trace()
 
     def _apply_until(self, t: int) -> None:
         if self._i < len(self._events) and self._times[self._i] <= t:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from commviz.model.diagnosis import Diagnosis, RankStatus
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
+from commviz.model.placement import Place, simulated_place
 from commviz.tui.alerts import alert_rows
 from commviz.tui.fmt import format_bps
 from commviz.tui.widgets.flow import FlowData, FlowNode
-from commviz.tui.widgets.links import Place
 
 SPARK_WIDTH = 120  # columns of history copied for the sparklines
 RECENT_EDGE_NS = 10_000_000_000
@@ -43,6 +43,7 @@ class Snapshot:
     procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
     ended: bool = False  # every rank that said hello has exited or died
     summary: dict | None = None  # the job's summary document, once it ended (see `take_snapshot`)
+    simulated: bool = False  # CPU ranks are shown on the topology's GPUs
 
 
 @dataclass
@@ -58,7 +59,8 @@ class Fetched:
     lock_hold_s: float = 0.0
 
 
-def fetch(feed, focus: int | None, topology, frozen: bool, summary_unless: int | None = None) -> Fetched:
+def fetch(feed, focus: int | None, topology, frozen: bool, simulate: bool = False,
+          summary_unless: int | None = None) -> Fetched:
     """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
     only the headline numbers for the status line). `summary_unless`: see `take_snapshot`."""
     feed.advance()
@@ -66,7 +68,8 @@ def fetch(feed, focus: int | None, topology, frozen: bool, summary_unless: int |
     t0 = time.perf_counter()
     with feed.lock:
         t1 = time.perf_counter()
-        snap = None if frozen else take_snapshot(feed.model, now, focus, topology, summary_unless=summary_unless)
+        snap = None if frozen else take_snapshot(feed.model, now, focus, topology, simulate=simulate,
+                                                 summary_unless=summary_unless)
         info = model_info(feed.model) if snap is None else snap.info
     t2 = time.perf_counter()
     if snap is not None:
@@ -109,12 +112,22 @@ def model_info(m) -> dict:
     }
 
 
+def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: bool) -> tuple[Place, bool]:
+    """Where the flow view and the links panel put a rank, and whether that place is
+    simulated: with `simulate` (the user chose the topology), a rank without a GPU
+    sits on the topology's GPUs by rank (`simulated_place`)."""
+    gpu = gpu_index(hello, topology)
+    if gpu is None and simulate and topology is not None and topology.gpus:
+        return simulated_place(rank, world_size, topology), True
+    return Place(host, gpu), False
+
+
 def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH,
-                  summary_unless: int | None = None) -> Snapshot:
-    """Call with the feed's lock held. With `summary_unless` (a live dashboard: the
-    model's event count when it last got a summary, -1 for never), a job that has
-    ended and has news since gets its summary document, as `commviz summary` reads it
-    (the model's own clock)."""
+                  simulate: bool = False, summary_unless: int | None = None) -> Snapshot:
+    """Call with the feed's lock held. `simulate`: CPU ranks on the topology's GPUs.
+    With `summary_unless` (a live dashboard: the model's event count when it last got a
+    summary, -1 for never), a job that has ended and has news since gets its summary
+    document, as `commviz summary` reads it (the model's own clock)."""
     snap = Snapshot(now=now, info=model_info(m), focus=focus)
     found = m.findings(now)  # once per snapshot: the rows and the alerts share it
     rank_rows = m.rank_rows(now, found)
@@ -144,9 +157,11 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     nodes = []
     for row in rank_rows:
         r = m.ranks[row["rank"]]
-        host = row["host"]
-        gpu = gpu_index(r.hello, topology)
-        snap.places[row["rank"]] = Place(host, gpu)
+        place, simulated = place_of(row["rank"], row["host"], r.hello, m.world_size or len(m.ranks), topology,
+                                    simulate)
+        host, gpu = place.host, place.gpu
+        snap.simulated |= simulated
+        snap.places[row["rank"]] = place
         nodes.append(FlowNode(row["rank"], host, gpu, row["status"], row["op"].partition("#")[0]))
         if fabric and gpu is not None:
             hosts[host] = fabric

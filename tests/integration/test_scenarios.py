@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 SCEN = os.path.join(REPO, "scenarios")
 LESSONS = ["p2p", "broadcast", "scatter_gather", "reduce", "ring_allreduce", "all_gather", "reduce_scatter",
-           "all_to_all", "ddp_train", "fsdp_train", "mixed_precision", "overlap"]
+           "all_to_all", "ddp_train", "fsdp_train", "mixed_precision", "overlap", "fabrics"]
 ELSEWHERE = ["allreduce", "hang", "p2p_deadlock", "desync", "crash", "straggler"]
 F32 = 4
 
@@ -121,6 +121,19 @@ def test_ring_allreduce_sends_2_n_minus_1_chunks(tmp_path, isolated_env):
         assert {s.peer for s in p2p if s.op == "isend"} == {(r + 1) % n}  # only the neighbours: a ring
         assert {s.peer for s in p2p if s.op == "irecv"} == {(r - 1) % n}
         assert len(j.between(r, "ring: reduce-scatter", "ring: all-gather")) == 2 * (n - 1)
+
+
+def test_fabrics_the_same_ring_on_two_machines(tmp_path, isolated_env):
+    """The all_reduces, and rank 0's comparison: every DGX edge on the NVSwitch, the
+    PCIe box's pairs on NVLink and its socket-crossing edges on PCIe SYS, which bound it."""
+    n, iters, numel = 4, 3, 1000
+    j = job(tmp_path, n, "fabrics", "--iters", str(iters), "--numel", str(numel))
+    same_on_every_rank(j, {"all_reduce": (iters, iters * numel * F32)})
+    moved = 2 * (n - 1) / n * numel * F32
+    assert (f"dgx-h100: NVLink×18 (450 GB/s): 0→1 1→2 2→3 3→0; at best {moved / 450e3:.3g} µs per all_reduce"
+            in j.stdout)
+    assert (f"pcie-4gpu-2socket: NVLink×12 (300 GB/s): 0→1 2→3; PCIe SYS (31.5 GB/s): 1→2 3→0; "
+            f"at best {moved / (16 * 1.969e3):.3g} µs per all_reduce" in j.stdout)
 
 
 # --------------------------------------------------------------------- rooted

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from commviz.events import SCHEMA_VERSION, Batch, GroupDef, Hello, OpEnd, OpStart
+from commviz.events import SCHEMA_VERSION, Batch, Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart
 from commviz.model.state import Model
 from commviz.tui.feed import Feed, ReplayFeed, order_events
 
@@ -79,8 +79,8 @@ def test_speed_scales_trace_time_and_is_clamped():
     assert feed.position == 8  # both ends at 14 ms are in
     feed.set_speed(100)
     assert feed.speed == 16.0
-    feed.set_speed(0.01)
-    assert feed.speed == 0.25
+    feed.set_speed(0.0001)
+    assert feed.speed == 1 / 1024  # slow enough to pace a 10 ms trace over 10 s
     feed.set_speed(1)
     feed.faster()
     assert feed.speed == 2.0
@@ -201,3 +201,92 @@ def test_hello_only_trace_is_applied_at_its_wall_time():
     feed.advance()
     assert feed.done and feed.now_ns() == WALL0
     assert isinstance(feed.model.ranks[0].hello, Hello)
+
+
+def ring_trace(span_ms: int, n_ops: int = 4, marks: bool = True) -> list[Batch]:
+    """Two ranks, `n_ops` all_reduces spread over `span_ms`, a mark before each."""
+    evs = {r: [hello(r, mono_ns=0, wall_ns=WALL0), GroupDef("g0", [0, 1], "gloo")] for r in (0, 1)}
+    step = span_ms * MS // n_ops
+    for i in range(n_ops):
+        t = i * step
+        if marks:
+            evs[0].append(Mark(t=t, text=f"step {i}"))
+        for r in (0, 1):
+            evs[r].append(OpStart(id=i, t=t + MS // 10, op="all_reduce", group="g0", seq=i, bytes=4096))
+            evs[r].append(OpEnd(id=i, t=min(span_ms * MS, t + step // 2)))
+    evs[0].append(Goodbye(t=span_ms * MS))
+    evs[1].append(Goodbye(t=span_ms * MS))
+    return [Batch(SCHEMA_VERSION, r, e) for r, e in evs.items()]
+
+
+def test_a_short_trace_is_paced_to_last_about_ten_seconds():
+    clock = FakeClock()
+    feed = ReplayFeed(ring_trace(400), clock=clock, speed=None, name="t.cvz")
+    assert feed.end_ns - feed.start_ns == 400 * MS
+    assert feed.speed == 0.04
+    assert "0.04× (a 400ms trace in ~10 s)" in feed.status()
+    feed.advance()
+    for _ in range(99):  # 9.9 s of wall time
+        clock.tick(0.1)
+        feed.advance()
+    assert not feed.done and feed.fraction > 0.95
+    clock.tick(0.1)
+    feed.advance()
+    assert feed.done
+    # A long trace plays at 1x; an explicit speed is kept.
+    assert ReplayFeed(ring_trace(20_000), clock=clock, speed=None).speed == 1.0
+    assert ReplayFeed(ring_trace(400), clock=clock, speed=2).speed == 2.0
+
+
+def test_step_forward_and_back_op_by_op():
+    clock = FakeClock()
+    feed = ReplayFeed(ring_trace(400), clock=clock)
+    first = feed.step()
+    assert isinstance(first, OpStart) and first.id == 0 and feed.paused
+    second = feed.step()
+    assert isinstance(second, OpStart) and feed.model.pending  # both ranks inside all_reduce #0
+    n, pos = feed.position, feed.now_ns()
+    assert feed.step_back() is second
+    assert feed.position == n - 1 and feed.now_ns() <= pos
+    assert feed.step() is second and feed.position == n  # and forward again to the same state
+    while feed.step_back() is not None:
+        pass
+    assert feed.model.events < 6 and feed.now_ns() == feed.start_ns  # before the first op: hellos and marks
+
+
+def test_timeline_has_the_marks_and_the_diagnoses_and_seeks_to_them():
+    from commviz.model.diagnosis import Kind
+
+    clock = FakeClock()
+    feed = ReplayFeed(ring_trace(400), clock=clock)
+    assert feed.timeline_done.wait(10)
+    tl = feed.timeline
+    assert [k.text for k in tl.ticks] == ["step 0", "step 1", "step 2", "step 3"]
+    feed.seek_tick(forward=True)  # "step 0" is where the trace starts: the next is "step 1"
+    assert feed.now_ns() == WALL0 + 100 * MS
+    assert feed.model.marks[-1][2] == "step 1"
+    feed.seek_tick(forward=False)
+    assert feed.now_ns() == WALL0  # "step 0"
+    # A rank that never enters all_reduce #1: a hang, placed where #1 began.
+    batches = ring_trace(400, n_ops=2, marks=False)
+    batches[1].events = [e for e in batches[1].events if not (isinstance(e, (OpStart, OpEnd)) and e.id == 1)]
+    batches[0].events = [e for e in batches[0].events if not (isinstance(e, OpEnd) and e.id == 1)]
+    for b in batches:  # no goodbyes: the job was stopped 20 s in, rank 0 still waiting
+        b.events[-1] = Counters(t=20_000 * MS)
+    replay = ReplayFeed(batches, clock=clock)
+    assert replay.timeline_done.wait(10)  # found on a thread: a big trace opens at once
+    hang = replay.timeline
+    assert [k.kind for k in hang.ticks] == [Kind.HANG]
+    assert hang.ticks[0].t == WALL0 + 200 * MS + MS // 10 and "never entered" in hang.ticks[0].text
+
+
+def test_playback_starts_at_the_first_advance_not_at_construction():
+    """The dashboard's start-up (a second or more) must not eat the start of a paced trace."""
+    clock = FakeClock()
+    feed = ReplayFeed(ring_trace(400), clock=clock, speed=None)
+    clock.tick(2.0)
+    feed.advance()
+    assert feed.now_ns() == feed.start_ns
+    clock.tick(1.0)
+    feed.advance()
+    assert feed.now_ns() == feed.start_ns + 40 * MS

@@ -53,3 +53,23 @@ def test_light_theme_100x30(snap_compare):
 
     feed = scenes.with_p2p(scenes.busy_ring(8), 2, 6)
     assert snap_compare(app_for(feed), terminal_size=(100, 30), run_before=light)
+
+
+def test_simulated_dgx_120x40(snap_compare):
+    """Eight CPU ranks with --topology dgx-h100: placed on the preset's GPUs (title says
+    simulated), the ring on the NVSwitch fabric, links against 450 GB/s."""
+    topo = discover(load_preset("dgx-h100"))
+    assert snap_compare(app_for(scenes.busy_ring(8), topology=topo, simulate=True), terminal_size=(120, 40))
+
+
+def test_replay_timeline_100x30(snap_compare):
+    """Replay of a 0.4 s trace, paced to 10 s (0.04× in the status line), paused past
+    "step 2": the timeline under the flow with the four marks and the playhead."""
+    from commviz.tui.feed import ReplayFeed
+
+    from .test_feed import ring_trace
+
+    feed = ReplayFeed(ring_trace(400), clock=FakeClock(), name="lesson.cvz", speed=None)
+    feed.seek(0.55)
+    feed.pause()
+    assert snap_compare(app_for(feed), terminal_size=(100, 30))

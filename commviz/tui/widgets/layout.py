@@ -299,7 +299,7 @@ def hosts_layout(nodes: list[NodeSpec], W: int, H: int, fabric: dict[str, str]) 
         label = fabric.get(host) or ("GPU" if any(n.gpu is not None for n in g) else "CPU")
         titles[host] = f" {host} · {label} "
         inner = 1 + len(g) * (nw + 1) + (2 if multi else 0)
-        widths[host] = max(inner, min(len(titles[host]), 20) + 2) + 2
+        widths[host] = max(inner, min(len(titles[host]), 36) + 2) + 2
     rows = _pack_rows(list(groups), widths, W - 2)  # W - 2: room for the trunk
     row_h = 7 if multi else 5
     if rows is None or row_h * len(rows) > H:

@@ -8,11 +8,10 @@ Pure rows here (`link_rows`); the app shows them in a DataTable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from rich.text import Text
 
 from commviz.model.flows import HUB, EdgeRate
+from commviz.model.placement import Place, link_kind
 from commviz.tui.fmt import format_bps
 
 LINK_COLUMNS = [
@@ -20,35 +19,6 @@ LINK_COLUMNS = [
     ("util", "util", False), ("cap", "of", True), ("op", "carries", False),
 ]
 MAX_ROWS = 40
-
-# PCIe: usable GB/s per lane and direction by generation (after encoding).
-PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
-
-
-@dataclass(frozen=True)
-class Place:
-    host: str
-    gpu: int | None  # GPU index on its host (None: CPU rank / unknown)
-
-
-def link_kind(a: Place, b: Place, topology) -> tuple[str, float | None]:
-    """(how two ranks are connected, capacity GB/s per direction or None)."""
-    if a.host != b.host:
-        return "network", None
-    if a.gpu is None or b.gpu is None:
-        return "local", None
-    if topology is None or max(a.gpu, b.gpu) >= len(topology.gpus):
-        return "GPU-GPU", None
-    nv = topology.nvlinks_between(a.gpu, b.gpu)
-    if nv:
-        per = [lk.gbps_per_direction for lk in topology.gpus[a.gpu].up_links if lk.gbps_per_direction]
-        cap = nv * per[0] if per else None
-        return f"NVLink×{nv}", cap
-    level = topology.label(a.gpu, b.gpu)
-    ga, gb = topology.gpus[a.gpu], topology.gpus[b.gpu]
-    caps = [PCIE_LANE_GBPS.get(g.pcie_gen or 0, 0) * (g.pcie_width or 0) for g in (ga, gb)]
-    cap = min(caps) if all(caps) else None
-    return f"PCIe {level}", cap
 
 
 def util_bar(frac: float | None, cells: int = 4) -> Text:
@@ -59,8 +29,18 @@ def util_bar(frac: float | None, cells: int = 4) -> Text:
     style = "red" if frac > 0.9 else ("yellow" if frac > 0.6 else "green")
     t = Text("▮" * full, style=style)
     t.append("▯" * (cells - full), style="dim")
-    t.append(f" {frac:4.0%}")
+    t.append(" " + util_text(frac))
     return t
+
+
+def util_text(frac: float) -> str:
+    """Under 1% still says how much, in at most 5 columns (a CPU job's MB/s against
+    NVLink's GB/s): 0.1%, 0.01%, <.01%."""
+    if frac >= 0.01 or frac <= 0:
+        return f"{frac:4.0%}"
+    if frac < 0.0001:
+        return "<.01%"
+    return f"{frac * 100:.1g}%"
 
 
 def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], topology=None,
@@ -93,7 +73,7 @@ def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], 
                 Text("measured", style="bold"),
                 "NVLink",
                 util_bar(tx / (cap * 1e9) if cap else None),
-                Text(f"{cap:g} GB/s" if cap else "–", justify="right"),
+                Text(f"{cap:.3g} GB/s" if cap else "–", justify="right"),
                 f"tx; rx {format_bps(rx)}" + (f" · {model_txt}" if model_txt else ""),
             )))
     edges = [r for r in rates.values() if focus is None or focus in (r.src, r.dst)]
@@ -113,7 +93,7 @@ def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], 
             Text("modelled", style="italic") if modelled else Text("exact", style="bold"),
             via,
             util_bar(r.Bps / (cap * 1e9) if cap else None),
-            Text(f"{cap:g} GB/s" if cap else "–", justify="right"),
+            Text(f"{cap:.3g} GB/s" if cap else "–", justify="right"),
             r.op,
         )))
     return rows
