@@ -4,6 +4,7 @@ refusal as a CommvizError, what it could not read said on stderr by viewers."""
 from __future__ import annotations
 
 import sys
+import time
 
 from commviz.errors import CommvizError
 
@@ -21,3 +22,41 @@ def load_trace(path, note: bool = True):
         for p in loaded.problems:
             print(f"commviz: note: {p}", file=sys.stderr)
     return loaded
+
+
+# Files smaller than this load in about a second: no progress lines for them.
+PROGRESS_FROM_BYTES = 32 << 20
+PROGRESS_EVERY_S = 1.0
+
+
+class Progress:
+    """`commviz: reading FILE: 45% (48 of 106 MiB)` on stderr, at most once a second,
+    for a trace big enough to take a while."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._last = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if total < PROGRESS_FROM_BYTES or now - self._last < PROGRESS_EVERY_S:
+            return
+        self._last = now
+        print(f"commviz: reading {self.name}: {100 * done // max(total, 1)}% "
+              f"({done >> 20} of {total >> 20} MiB)", file=sys.stderr, flush=True)
+
+
+def open_stream(path, note: bool = True):
+    """A trace file or dir opened for reading in bounded memory (`trace.stream`):
+    the first pass has run, `events()` streams. Errors and notes as `load_trace`."""
+    from commviz.trace.file import TraceError
+    from commviz.trace.stream import open_trace
+
+    try:
+        stream = open_trace(path, progress=Progress(str(path)))
+    except (TraceError, OSError) as exc:
+        raise CommvizError(str(exc)) from exc
+    if note:
+        for p in stream.problems:
+            print(f"commviz: note: {p}", file=sys.stderr)
+    return stream

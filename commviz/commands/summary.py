@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from commviz.commands._trace import load_trace
+from commviz.commands._trace import open_stream
 from commviz.commands.base import JSON_HELP, Command
 
 
@@ -19,9 +19,10 @@ def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.report import render_summary
 
-    loaded = load_trace(args.path, note=False)  # problems go into the summary itself
-    model = Model(hang_after_s=args.hang_after)
-    model.ingest_trace(loaded.batches, cut_off=loaded.truncated)
+    # Read in bounded memory: frames stream through the model, which keeps aggregates.
+    loaded = open_stream(args.path, note=False)  # problems go into the summary itself
+    model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
+    model.ingest_ordered(loaded.events(), cut_off=loaded.truncated)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems

@@ -8,6 +8,7 @@ rank's monotonic stamps plus the offset its hello announced.
 from __future__ import annotations
 
 import collections
+from typing import Iterable
 from dataclasses import dataclass, field
 
 from commviz import ops as opcat
@@ -38,7 +39,6 @@ from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracke
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
-RECENT_ENDED_IDS = 65536
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
@@ -60,6 +60,39 @@ class PairedOp:
     t1: int = 0
 
 
+class SeenIds:
+    """The op ids a rank has started, in memory that does not grow with the run:
+    the probe numbers its ops 0, 1, 2 … so the ids below a floor are all seen and
+    only those above a gap (dropped events) are kept one by one, at most `MAX_ABOVE`
+    of them (past that the oldest gaps are taken as seen)."""
+
+    MAX_ABOVE = 65536
+    __slots__ = ("floor", "above")
+
+    def __init__(self) -> None:
+        self.floor = -1  # every id <= floor has been seen
+        self.above: set[int] = set()
+
+    def __contains__(self, op_id: int) -> bool:
+        return op_id <= self.floor or op_id in self.above
+
+    def add(self, op_id: int) -> None:
+        if op_id <= self.floor:
+            return
+        if op_id != self.floor + 1:
+            self.above.add(op_id)
+            if len(self.above) > self.MAX_ABOVE:
+                keep = sorted(self.above)
+                self.floor = keep[len(keep) // 2]
+                self.above = set(keep[len(keep) // 2 + 1:])
+            return
+        self.floor = op_id
+        above = self.above
+        while above and self.floor + 1 in above:
+            self.floor += 1
+            above.discard(self.floor)
+
+
 @dataclass
 class RankState:
     rank: int
@@ -67,10 +100,9 @@ class RankState:
     offset_ns: int = 0
     status: RankStatus = RankStatus.OK  # what its events say: ok, or gone (dead | exited)
     inflight: dict[int, InFlight] = field(default_factory=dict)
-    # Ids of recently ended ops: a start resent after a reconnect (or arriving in
+    # Ids of the ops it started: a start resent after a reconnect (or arriving in
     # the same flush as the resync) is recognised and not counted twice.
-    ended_ids: set[int] = field(default_factory=set)
-    ended_order: collections.deque = field(default_factory=collections.deque)
+    seen_ids: SeenIds = field(default_factory=SeenIds)
     ops_done: int = 0
     bytes_done: int = 0
     per_op: dict[str, list[int]] = field(default_factory=dict)  # op -> [count, bytes]
@@ -98,12 +130,14 @@ class Model:
     `hang_after_s` is the hang threshold; `thresholds`, when given, sets every knob of
     the diagnoses (its `hang_after_s` wins over the argument). `keep_ops` keeps every
     paired op and every mark (`paired_ops`, `marks`) for an exporter; live watching
-    leaves it off so memory stays bounded."""
+    leaves it off so memory stays bounded. `flows=False` skips the per-edge traffic
+    (`traffic` stays empty) for readers that never show it (`summary`, exports)."""
 
     def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None,
-                 keep_ops: bool = False) -> None:
+                 keep_ops: bool = False, flows: bool = True) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
         self.keep_ops = keep_ops
+        self.flows = flows
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -182,7 +216,12 @@ class Model:
     def ingest_trace(self, batches: list[Batch], cut_off: bool = False) -> None:
         """A whole trace, in the one order every reader uses (`clock.order_events`),
         then `end_of_trace`."""
-        for _, rank, ev in order_events(batches):
+        self.ingest_ordered(order_events(batches), cut_off)
+
+    def ingest_ordered(self, events: Iterable[tuple[int, int, Event]], cut_off: bool = False) -> None:
+        """A whole trace already in the one order (`clock.order_events`, or
+        `clock.order_stream` for a trace read in bounded memory), then `end_of_trace`."""
+        for _, rank, ev in events:
             self.ingest(rank, ev)
         self.end_of_trace(cut_off)
 
@@ -236,9 +275,10 @@ class Model:
                 self._complete(inst)
 
     def _start(self, r: RankState, s: OpStart) -> None:
-        if s.id in r.inflight or s.id in r.ended_ids:
+        if s.id in r.seen_ids:
             self.duplicates += 1  # resent after a reconnect
             return
+        r.seen_ids.add(s.id)
         fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
         if opcat.is_p2p(s.op):
             self.tracker.post(r.rank, fl)
@@ -254,10 +294,6 @@ class Model:
         if fl is None:
             self.orphan_ends += 1  # its start was dropped or predates this watcher
             return
-        r.ended_ids.add(e.id)
-        r.ended_order.append(e.id)
-        if len(r.ended_order) > RECENT_ENDED_IDS:
-            r.ended_ids.discard(r.ended_order.popleft())
         s = fl.start
         nbytes = e.bytes if e.bytes >= 0 else s.bytes
         end_wall = e.t + r.offset_ns
@@ -275,16 +311,18 @@ class Model:
         members = g.ranks if g is not None else None
         if opcat.is_p2p(s.op) or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
-            self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
-                                root=s.root, members=members)
+            if self.flows:
+                self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
+                                    root=s.root, members=members)
             self._stat(s.op, s.group).add(nbytes, e.t - s.t, bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
             if pair is not None:
                 self._note_p2p_desync(pair)
             return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
-        self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
-                            members=members, arrived=inst.last_arrival)
+        if self.flows:
+            self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
+                                members=members, arrived=inst.last_arrival)
         if members and len(inst.ended) >= len(members):
             self._complete(inst)
 
