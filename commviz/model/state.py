@@ -138,6 +138,10 @@ class Model:
         self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
         self.keep_ops = keep_ops
         self.flows = flows
+        # Set by a watcher that has fallen behind (model/overload.py): per-event detail
+        # is shed, counts and bytes stay exact.
+        self.shed = False
+        self.shed_ops = 0
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -311,16 +315,16 @@ class Model:
         members = g.ranks if g is not None else None
         if opcat.is_p2p(s.op) or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
-            if self.flows:
+            if self.flows and not self.shed:
                 self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
                                     root=s.root, members=members)
-            self._stat(s.op, s.group).add(nbytes, e.t - s.t, bool(e.error))
+            self._stat(s.op, s.group).add(nbytes, None if self.shed else e.t - s.t, bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
-            if pair is not None:
+            if pair is not None and not self.shed:
                 self._note_p2p_desync(pair)
             return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
-        if self.flows:
+        if self.flows and not self.shed:
             self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
                                 members=members, arrived=inst.last_arrival)
         if members and len(inst.ended) >= len(members):
@@ -332,6 +336,9 @@ class Model:
         self.pending.pop((inst.group, inst.seq), None)
         if inst.ended:
             self._finish(inst)
+        if self.shed:
+            self.shed_ops += 1
+            return
         g = self.groups.get(inst.group)
         members = list(g.ranks) if g is not None else sorted(inst.starts)
         if complete:
@@ -390,7 +397,8 @@ class Model:
         # The instance's time is the shortest rank-side duration: the last rank to
         # arrive waits for nobody, so its time is the transfer itself.
         dur = min(inst.durations.values()) if inst.durations else None
-        st.add(inst.bytes, dur, error=inst.errors > 0 and dur is None)
+        # Shedding detail (model/overload.py): counted and sized, not timed.
+        st.add(inst.bytes, None if self.shed else dur, error=inst.errors > 0 and dur is None)
 
     def _stat(self, op: str, group: str) -> OpStats:
         st = self.stats.get((op, group))
