@@ -181,6 +181,25 @@ class Model:
             self.ingest(batch.rank, ev)
 
     def ingest(self, rank: int, ev: Event) -> None:
+        tp = type(ev)
+        if tp is OpEnd or tp is OpStart:  # nearly every event: the short way
+            self.events += 1
+            r = self.ranks.get(rank)
+            if r is None:
+                r = self._rank(rank)
+            tw = ev.t + r.offset_ns
+            if tw > r.last_seen:
+                r.last_seen = tw
+            if tw > self.last_t:
+                self.last_t = tw
+            if tp is OpEnd:
+                self._end(r, ev)
+            else:
+                self._start(r, ev)
+            return
+        self._ingest_other(rank, ev)
+
+    def _ingest_other(self, rank: int, ev: Event) -> None:
         self.events += 1
         if isinstance(ev, Hello):
             self._hello(rank, ev)
@@ -284,7 +303,7 @@ class Model:
             return
         r.seen_ids.add(s.id)
         fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
-        if opcat.is_p2p(s.op):
+        if _is_p2p(s.op):
             self.tracker.post(r.rank, fl)
         elif s.seq >= 0:
             self.tracker.enter(r.rank, fl)
@@ -313,13 +332,14 @@ class Model:
             self.done_ops.append(PairedOp(r.rank, s, fl.t_wall, e, end_wall))
         g = self.groups.get(s.group)
         members = g.ranks if g is not None else None
-        if opcat.is_p2p(s.op) or s.seq < 0:
+        p2p = _is_p2p(s.op)
+        if p2p or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
             if self.flows and not self.shed:
                 self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
                                     root=s.root, members=members)
             self._stat(s.op, s.group).add(nbytes, None if self.shed else e.t - s.t, bool(e.error))
-            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
+            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
             if pair is not None and not self.shed:
                 self._note_p2p_desync(pair)
             return
@@ -563,6 +583,18 @@ class Model:
                 }
             )
         return rows
+
+
+_P2P: dict[str, bool] = {}  # op name -> is it point-to-point (names come from the wire: capped)
+
+
+def _is_p2p(op: str) -> bool:
+    got = _P2P.get(op)
+    if got is None:
+        got = opcat.is_p2p(op)
+        if len(_P2P) < 4096:
+            _P2P[op] = got
+    return got
 
 
 def _copy_stats(st: OpStats) -> OpStats:
