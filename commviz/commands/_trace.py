@@ -12,16 +12,23 @@ from commviz.errors import CommvizError
 def load_trace(path, note: bool = True):
     """A trace file or dir. A file that is no trace at all is an error; what could not
     be read is a note on stderr (`note`) and the load goes on."""
-    from commviz.trace.file import TraceError, load
+    from commviz.trace.file import load
+
+    return _opened(load, path, note)
+
+
+def _opened(opener, path, note: bool):
+    """`opener(path)`, its refusal as a CommvizError, its problems as notes (`note`)."""
+    from commviz.trace.file import TraceError
 
     try:
-        loaded = load(path)
+        got = opener(path)
     except (TraceError, OSError) as exc:
         raise CommvizError(str(exc)) from exc
     if note:
-        for p in loaded.problems:
+        for p in got.problems:
             print(f"commviz: note: {p}", file=sys.stderr)
-    return loaded
+    return got
 
 
 # Files smaller than this load in about a second: no progress lines for them.
@@ -49,14 +56,6 @@ class Progress:
 def open_stream(path, note: bool = True):
     """A trace file or dir opened for reading in bounded memory (`trace.stream`):
     the first pass has run, `events()` streams. Errors and notes as `load_trace`."""
-    from commviz.trace.file import TraceError
     from commviz.trace.stream import open_trace
 
-    try:
-        stream = open_trace(path, progress=Progress(str(path)))
-    except (TraceError, OSError) as exc:
-        raise CommvizError(str(exc)) from exc
-    if note:
-        for p in stream.problems:
-            print(f"commviz: note: {p}", file=sys.stderr)
-    return stream
+    return _opened(lambda p: open_trace(p, progress=Progress(str(p))), path, note)

@@ -7,9 +7,10 @@ import pathlib
 from commviz.events import encode_batch
 from commviz.model import Model
 from commviz.model.clock import order_events
-from commviz.trace.file import TraceWriter, load
+from commviz.trace.file import load
 from commviz.trace.stream import open_trace
 from tests.helpers import group, hello, op
+from tests.trace.test_file import write
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -19,13 +20,6 @@ def synth():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def write(path, frames):
-    w = TraceWriter(path)
-    for rank, evs in frames:
-        w.write(encode_batch(rank, evs))
-    w.close()
 
 
 def summaries(path):
