@@ -89,3 +89,21 @@ def test_a_bad_frame_is_named_and_the_stream_goes_on(tmp_path):
     s = open_trace(p)
     assert len(list(s.events())) == 4
     assert s.info.bad_frames == 1 and "undecodable frame" in s.problems[-1]
+
+
+def test_a_long_read_reports_progress(tmp_path, monkeypatch, capsys):
+    from commviz.commands import _trace
+    from commviz.trace import stream
+
+    p = tmp_path / "t.cvz"
+    synth().write(str(p), ranks=4, ops=2000)
+    monkeypatch.setattr(stream, "PROGRESS_EVERY", 4096)
+    seen = []
+    s = open_trace(p, progress=lambda done, total: seen.append((done, total)))
+    list(s.events())
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1][1] == s.total_bytes
+    monkeypatch.setattr(_trace, "PROGRESS_FROM_BYTES", 0)
+    monkeypatch.setattr(_trace, "PROGRESS_EVERY_S", 0.0)
+    list(_trace.open_stream(p).events())
+    err = capsys.readouterr().err
+    assert f"commviz: reading {p}: " in err and "% (" in err
