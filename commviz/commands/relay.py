@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
 
 def run(args, cmd: list[str]) -> int:
     from commviz.commands._live import listen_addr, token
-    from commviz.transport.address import AddressError, is_loopback, parse
+    from commviz.transport.address import AddressError, parse
     from commviz.transport.relay import Relay
 
     if not args.to:
@@ -35,7 +35,7 @@ def run(args, cmd: list[str]) -> int:
         if parse(args.to)[0] != "tcp":
             raise CommvizError(f"--to {args.to}: a relay forwards to another machine, give tcp://HOST:PORT")
         tok = os.environ.get("COMMVIZ_TOKEN")
-        if not tok and not is_loopback(args.to):
+        if not tok:  # every TCP listener wants its token (transport/token.py)
             raise CommvizError("set COMMVIZ_TOKEN to the token the central watcher printed "
                                "(export COMMVIZ_TOKEN=…), then start the relay again")
         listen = listen_addr(args.listen)
