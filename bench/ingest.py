@@ -5,8 +5,8 @@ sender's clock at the moment it was sent, so the watcher's lag is real.
 
     python bench/ingest.py --ranks 64 [--seconds 10] [--procs 2] [--rate 0]
 
-Prints what was sent, dropped at the client (zmq queue full: the watcher fell
-behind), ingested, and — last line, the figure — ingested events/s and the lag
+Prints what was sent, dropped at the client (zmq queue full) or shed by the
+server (its inbox full: the watcher fell behind), ingested, and — last line, the figure — ingested events/s and the lag
 (now minus the newest event's time, at the end of the run).
 """
 
@@ -88,6 +88,7 @@ def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
     with feed.lock:
         got = feed.model.events - base
         lag_s = (time.time_ns() - feed.model.last_t) / 1e9
+    shed = feed.server.shed_frames
     dt = time.monotonic() - t0
     cpu = time.process_time() - cpu0
     sent = dropped = 0
@@ -97,7 +98,8 @@ def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
     for p in ps:
         p.join()
     feed.close()
-    return {"ingested": got, "seconds": dt, "cpu": cpu, "sent": sent, "dropped": dropped, "lag_s": lag_s}
+    return {"ingested": got, "seconds": dt, "cpu": cpu, "sent": sent, "dropped": dropped, "lag_s": lag_s,
+            "shed_frames": shed}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.0, help="events/s all ranks together (0: as fast as they can)")
     a = ap.parse_args(argv)
     r = run(a.ranks, a.seconds, a.procs, a.rate)
-    print(f"sent {r['sent']} events, dropped at the client {r['dropped']} (the watcher fell behind)")
+    print(f"sent {r['sent']} events, dropped at the client {r['dropped']}, frames shed by the server "
+          f"{r['shed_frames']} (both: the watcher fell behind)")
     print(f"watcher cpu {r['cpu']:.1f} s in {r['seconds']:.1f} s: {r['ingested'] / max(r['cpu'], 1e-9):,.0f} events per cpu-second")
     print(f"{a.ranks} ranks: {r['ingested'] / r['seconds']:,.0f} events/s ingested, lag {r['lag_s']:.2f} s")
     return 0
