@@ -37,3 +37,34 @@ def test_a_resent_start_is_not_counted_twice_however_old():
     m.ingest(0, first)  # the resync after a reconnect resends an old start
     assert m.duplicates == 1 and not m.ranks[0].inflight
     assert m.summary()["ops"][0]["count"] == 70_000
+
+
+def _fed(n_ops: int) -> Model:
+    m = Model()
+    for r in (0, 1):
+        m.ingest(r, hello(r))
+        m.ingest(r, group())
+    for i in range(n_ops):
+        for r in (0, 1):
+            for ev in op(i, 1000 * i + r, 1000 * i + 500, seq=i):
+                m.ingest(r, ev)
+    return m
+
+
+def test_a_longer_run_costs_the_model_no_memory_per_op():
+    import gc
+    import tracemalloc
+
+    sizes = []
+    for n in (5_000, 25_000):
+        gc.collect()
+        tracemalloc.start()
+        m = _fed(n)
+        gc.collect()
+        sizes.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.stop()
+        assert m.summary()["ops"][0]["count"] == n
+        del m
+    # 40,000 more events: only the bounded latency reservoir grows (8 bytes a sample
+    # plus the list), nothing per op id, instance or event
+    assert sizes[1] - sizes[0] < 40_000 * 20, sizes
