@@ -12,6 +12,7 @@ import time
 from commviz.events import Batch
 from commviz.model import Model
 from commviz.model.diagnosis import RankStatus
+from commviz.model.overload import Overload
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
 
@@ -24,6 +25,7 @@ class LiveFeed:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self.lock = threading.Lock()
         self.model = Model(hang_after_s=hang_after_s)
+        self.overload = Overload()  # how far behind the job we are; sheds detail past a bound
         self.writer = TraceWriter(record_to) if record_to else None
         self.errors: list[str] = []
         self._unsynced = 0  # error lines the model has not counted yet
@@ -46,6 +48,7 @@ class LiveFeed:
             if self.writer is not None:
                 self.writer.write(payload)
             self.model.ingest_batch(batch)
+            self.model.shed = self.overload.update(time.time_ns(), self.model.last_t)
 
     def _on_error(self, peer: str, message: str) -> None:
         """Called by the reader thread too, which must never wait for the model's
@@ -193,6 +196,8 @@ class LiveFeed:
     def status(self) -> str:
         m, srv = self.model, self.server
         bits = [f"listening on {self.addr}", f"{len(m.ranks)} ranks", f"{m.events} events"]
+        if m.ranks:
+            bits.append(self.overload.words())  # as of the newest batch: an idle job is not lag
         if srv.bad_frames:
             bits.append(f"{srv.bad_frames} bad frames")
         if srv.shed_frames:

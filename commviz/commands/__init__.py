@@ -3,7 +3,7 @@ builds its parser and dispatch from (in the order `--help` lists them)."""
 
 from __future__ import annotations
 
-from commviz.commands import demo, export, lesson, nvml_dump, record, replay, summary, topo, watch
+from commviz.commands import demo, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
 from commviz.commands.base import Command
 
 COMMANDS: list[Command] = [
@@ -14,6 +14,7 @@ COMMANDS: list[Command] = [
     export.COMMAND,
     demo.COMMAND,
     lesson.COMMAND,
+    relay.COMMAND,
     topo.COMMAND,
     nvml_dump.COMMAND,
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from commviz.commands._trace import add_path_arguments, load_trace
+from commviz.commands._trace import add_path_arguments, open_stream
 from commviz.commands.base import JSON_HELP, Command
 
 
@@ -19,9 +19,10 @@ def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.report import render_summary
 
-    loaded = load_trace(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
-    model = Model(hang_after_s=args.hang_after)
-    model.ingest_trace(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
+    # Read in bounded memory: frames stream through the model, which keeps aggregates.
+    loaded = open_stream(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
+    model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
+    model.ingest_ordered(loaded.events(), cut_off=loaded.truncated, snapshot=loaded.snapshot)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems

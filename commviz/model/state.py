@@ -8,6 +8,7 @@ rank's monotonic stamps plus the offset its hello announced.
 from __future__ import annotations
 
 import collections
+from typing import Iterable
 from dataclasses import dataclass, field
 
 from commviz import ops as opcat
@@ -41,7 +42,6 @@ from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracke
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
-RECENT_ENDED_IDS = 65536
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
@@ -63,6 +63,39 @@ class PairedOp:
     t1: int = 0
 
 
+class SeenIds:
+    """The op ids a rank has started, in memory that does not grow with the run:
+    the probe numbers its ops 0, 1, 2 … so the ids below a floor are all seen and
+    only those above a gap (dropped events) are kept one by one, at most `MAX_ABOVE`
+    of them (past that the oldest gaps are taken as seen)."""
+
+    MAX_ABOVE = 65536
+    __slots__ = ("floor", "above")
+
+    def __init__(self) -> None:
+        self.floor = -1  # every id <= floor has been seen
+        self.above: set[int] = set()
+
+    def __contains__(self, op_id: int) -> bool:
+        return op_id <= self.floor or op_id in self.above
+
+    def add(self, op_id: int) -> None:
+        if op_id <= self.floor:
+            return
+        if op_id != self.floor + 1:
+            self.above.add(op_id)
+            if len(self.above) > self.MAX_ABOVE:
+                keep = sorted(self.above)
+                self.floor = keep[len(keep) // 2]
+                self.above = set(keep[len(keep) // 2 + 1:])
+            return
+        self.floor = op_id
+        above = self.above
+        while above and self.floor + 1 in above:
+            self.floor += 1
+            above.discard(self.floor)
+
+
 @dataclass
 class RankState:
     rank: int
@@ -70,10 +103,9 @@ class RankState:
     offset_ns: int = 0
     status: RankStatus = RankStatus.OK  # what its events say: ok, or gone (dead | exited)
     inflight: dict[int, InFlight] = field(default_factory=dict)
-    # Ids of recently ended ops: a start resent after a reconnect (or arriving in
+    # Ids of the ops it started: a start resent after a reconnect (or arriving in
     # the same flush as the resync) is recognised and not counted twice.
-    ended_ids: set[int] = field(default_factory=set)
-    ended_order: collections.deque = field(default_factory=collections.deque)
+    seen_ids: SeenIds = field(default_factory=SeenIds)
     ops_done: int = 0
     bytes_done: int = 0
     per_op: dict[str, list[int]] = field(default_factory=dict)  # op -> [count, bytes]
@@ -104,12 +136,18 @@ class Model:
     `hang_after_s` is the hang threshold; `thresholds`, when given, sets every knob of
     the diagnoses (its `hang_after_s` wins over the argument). `keep_ops` keeps every
     paired op and every mark (`paired_ops`, `marks`) for an exporter; live watching
-    leaves it off so memory stays bounded."""
+    leaves it off so memory stays bounded. `flows=False` skips the per-edge traffic
+    (`traffic` stays empty) for readers that never show it (`summary`, exports)."""
 
     def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None,
-                 keep_ops: bool = False) -> None:
+                 keep_ops: bool = False, flows: bool = True) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
         self.keep_ops = keep_ops
+        self.flows = flows
+        # Set by a watcher that has fallen behind (model/overload.py): per-event detail
+        # is shed, counts and bytes stay exact.
+        self.shed = False
+        self.shed_ops = 0
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -149,6 +187,25 @@ class Model:
             self.ingest(batch.rank, ev)
 
     def ingest(self, rank: int, ev: Event) -> None:
+        tp = type(ev)
+        if tp is OpEnd or tp is OpStart:  # nearly every event: the short way
+            self.events += 1
+            r = self.ranks.get(rank)
+            if r is None:
+                r = self._rank(rank)
+            tw = ev.t + r.offset_ns
+            if tw > r.last_seen:
+                r.last_seen = tw
+            if tw > self.last_t:
+                self.last_t = tw
+            if tp is OpEnd:
+                self._end(r, ev)
+            else:
+                self._start(r, ev)
+            return
+        self._ingest_other(rank, ev)
+
+    def _ingest_other(self, rank: int, ev: Event) -> None:
         self.events += 1
         if isinstance(ev, Hello):
             self._hello(rank, ev)
@@ -194,7 +251,13 @@ class Model:
     def ingest_trace(self, batches: list[Batch], cut_off: bool = False, snapshot: bool = False) -> None:
         """A whole trace, in the one order every reader uses (`clock.order_events`),
         then `end_of_trace`."""
-        for _, rank, ev in order_events(batches):
+        self.ingest_ordered(order_events(batches), cut_off, snapshot)
+
+    def ingest_ordered(self, events: Iterable[tuple[int, int, Event]], cut_off: bool = False,
+                       snapshot: bool = False) -> None:
+        """A whole trace already in the one order (`clock.order_events`, or
+        `clock.order_stream` for a trace read in bounded memory), then `end_of_trace`."""
+        for _, rank, ev in events:
             self.ingest(rank, ev)
         self.end_of_trace(cut_off, snapshot)
 
@@ -251,11 +314,12 @@ class Model:
                 self._complete(inst)
 
     def _start(self, r: RankState, s: OpStart) -> None:
-        if s.id in r.inflight or s.id in r.ended_ids:
+        if s.id in r.seen_ids:
             self.duplicates += 1  # resent after a reconnect
             return
+        r.seen_ids.add(s.id)
         fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
-        if opcat.is_p2p(s.op):
+        if _is_p2p(s.op):
             self.tracker.post(r.rank, fl)
         elif s.seq >= 0:
             self.tracker.enter(r.rank, fl)
@@ -269,10 +333,6 @@ class Model:
         if fl is None:
             self.orphan_ends += 1  # its start was dropped or predates this watcher
             return
-        r.ended_ids.add(e.id)
-        r.ended_order.append(e.id)
-        if len(r.ended_order) > RECENT_ENDED_IDS:
-            r.ended_ids.discard(r.ended_order.popleft())
         s = fl.start
         nbytes = e.bytes if e.bytes >= 0 else s.bytes
         end_wall = e.t + r.offset_ns
@@ -289,18 +349,21 @@ class Model:
             self.done_ops.append(PairedOp(r.rank, s, fl.t_wall, e, end_wall))
         g = self.groups.get(s.group)
         members = g.ranks if g is not None else None
-        if opcat.is_p2p(s.op) or s.seq < 0:
+        p2p = _is_p2p(s.op)
+        if p2p or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
-            self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
-                                root=s.root, members=members)
-            self._stat(s.op, s.group).add(nbytes, e.t - s.t, bool(e.error))
-            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if opcat.is_p2p(s.op) else None
-            if pair is not None:
+            if self.flows and not self.shed:
+                self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
+                                    root=s.root, members=members)
+            self._stat(s.op, s.group).add(nbytes, None if self.shed else e.t - s.t, bool(e.error))
+            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
+            if pair is not None and not self.shed:
                 self._note_p2p_desync(pair)
             return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
-        self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
-                            members=members, arrived=inst.last_arrival)
+        if self.flows and not self.shed:
+            self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
+                                members=members, arrived=inst.last_arrival)
         if members and len(inst.ended) >= len(members):
             self._complete(inst)
 
@@ -310,6 +373,9 @@ class Model:
         self.pending.pop((inst.group, inst.seq), None)
         if inst.ended:
             self._finish(inst)
+        if self.shed:
+            self.shed_ops += 1
+            return
         g = self.groups.get(inst.group)
         members = list(g.ranks) if g is not None else sorted(inst.starts)
         if complete:
@@ -371,7 +437,8 @@ class Model:
         # The instance's time is the shortest rank-side duration: the last rank to
         # arrive waits for nobody, so its time is the transfer itself.
         dur = min(inst.durations.values()) if inst.durations else None
-        st.add(inst.bytes, dur, error=inst.errors > 0 and dur is None)
+        # Shedding detail (model/overload.py): counted and sized, not timed.
+        st.add(inst.bytes, None if self.shed else dur, error=inst.errors > 0 and dur is None)
 
     def _stat(self, op: str, group: str) -> OpStats:
         st = self.stats.get((op, group))
@@ -534,6 +601,18 @@ class Model:
                 }
             )
         return rows
+
+
+_P2P: dict[str, bool] = {}  # op name -> is it point-to-point (names come from the wire: capped)
+
+
+def _is_p2p(op: str) -> bool:
+    got = _P2P.get(op)
+    if got is None:
+        got = opcat.is_p2p(op)
+        if len(_P2P) < 4096:
+            _P2P[op] = got
+    return got
 
 
 def _copy_stats(st: OpStats) -> OpStats:

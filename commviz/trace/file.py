@@ -9,6 +9,7 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 from commviz.events import Batch, FrameError, decode_batch
 from commviz.trace.ring import SUFFIX as RING_SUFFIX
@@ -66,10 +67,19 @@ def read_trace(path: str | os.PathLike, into: Loaded | None = None) -> Loaded:
     out = into if into is not None else Loaded()
     path = str(path)
     out.files.append(path)
-    data = Path(path).read_bytes()
-    if len(data) < HEADER.size:
-        raise TraceError(f"{path}: {len(data)} bytes, too short to be a commviz trace")
-    magic, version, _ = HEADER.unpack_from(data, 0)
+    for off, payload in iter_frames(path, out):
+        try:
+            out.batches.append(decode_batch(payload))
+        except FrameError as exc:
+            out.bad_frames += 1
+            out.problems.append(f"{path}: offset {off}: {exc}")
+    return out
+
+
+def _check_header(path: str, head: bytes) -> None:
+    if len(head) < HEADER.size:
+        raise TraceError(f"{path}: {len(head)} bytes, too short to be a commviz trace")
+    magic, version, _ = HEADER.unpack_from(head, 0)
     if magic != MAGIC:
         raise TraceError(f"{path}: not a commviz trace (starts with {magic!r}, expected {MAGIC!r})")
     if version > FORMAT_VERSION:
@@ -77,36 +87,43 @@ def read_trace(path: str | os.PathLike, into: Loaded | None = None) -> Loaded:
             f"{path}: trace format {version} is newer than this commviz reads ({FORMAT_VERSION}); "
             "upgrade commviz (pip install -U commviz)"
         )
-    off = HEADER.size
-    end = len(data)
-    while off < end:
-        if end - off < LEN.size:
-            out.truncated = True
-            out.problems.append(f"{path}: truncated at offset {off}: {end - off} stray bytes after the last whole frame")
-            break
-        (n,) = LEN.unpack_from(data, off)
-        if n > MAX_FRAME:
-            out.bad_frames += 1
-            out.problems.append(
-                f"{path}: offset {off}: frame length {n} exceeds the {MAX_FRAME}-byte limit; "
-                "the rest of the file is unreadable"
-            )
-            break
-        if off + LEN.size + n > end:
-            out.truncated = True
-            out.problems.append(
-                f"{path}: truncated at offset {off}: frame of {n} bytes, only {end - off - LEN.size} present "
-                "(the writer was probably killed); loaded everything before it"
-            )
-            break
-        payload = data[off + LEN.size : off + LEN.size + n]
-        try:
-            out.batches.append(decode_batch(payload))
-        except FrameError as exc:
-            out.bad_frames += 1
-            out.problems.append(f"{path}: offset {off}: {exc}")
-        off += LEN.size + n
-    return out
+
+
+def iter_frames(path: str, out: Loaded, start: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(offset, payload) of each whole frame, read a frame at a time so memory holds
+    one frame whatever the file's length. A length that cannot be right, or a
+    cut-off tail, ends the read with a note in `out` (the header is checked first).
+    `start` resumes at a frame offset a previous pass returned."""
+    with open(path, "rb") as f:
+        _check_header(path, f.read(HEADER.size))
+        size = os.fstat(f.fileno()).st_size
+        off = max(start, HEADER.size)
+        f.seek(off)
+        read = f.read
+        while off < size:
+            head = read(LEN.size)
+            if len(head) < LEN.size:
+                out.truncated = True
+                out.problems.append(f"{path}: truncated at offset {off}: {len(head)} stray bytes after the last whole frame")
+                return
+            (n,) = LEN.unpack(head)
+            if n > MAX_FRAME:
+                out.bad_frames += 1
+                out.problems.append(
+                    f"{path}: offset {off}: frame length {n} exceeds the {MAX_FRAME}-byte limit; "
+                    "the rest of the file is unreadable"
+                )
+                return
+            payload = read(n)
+            if len(payload) < n:
+                out.truncated = True
+                out.problems.append(
+                    f"{path}: truncated at offset {off}: frame of {n} bytes, only {len(payload)} present "
+                    "(the writer was probably killed); loaded everything before it"
+                )
+                return
+            yield off, payload
+            off += LEN.size + n
 
 
 def load(path: str | os.PathLike) -> Loaded:

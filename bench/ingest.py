@@ -1,0 +1,121 @@
+"""Live ingest: N synthetic ranks in a few processes send ring all_reduce events
+through the real client (transport/client.py) to the real server and model
+(watcher.LiveFeed), as fast as they can or at `--rate`. Every event carries the
+sender's clock at the moment it was sent, so the watcher's lag is real.
+
+    python bench/ingest.py --ranks 64 [--seconds 10] [--procs 2] [--rate 0]
+
+Prints what was sent, dropped at the client (zmq queue full) or shed by the
+server (its inbox full: the watcher fell behind), ingested, and — last line, the figure — ingested events/s and the lag
+(now minus the newest event's time, at the end of the run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from commviz.events import GroupDef, Hello, OpEnd, OpStart, encode_batch  # noqa: E402
+
+STEPS_PER_FRAME = 64  # all_reduce steps per frame: 128 events, ~ a probe flush at 6k ops/s
+RANKS_PER_CLIENT = 16  # a client (zmq context and socket) carries this many ranks' frames
+
+
+def producer(addr: str, ranks: list[int], world: int, seconds: float, rate: float, go, out) -> None:
+    from commviz.transport.client import Client
+
+    clients = [Client(addr, f"bench-{ranks[i]}".encode()) for i in range(0, len(ranks), RANKS_PER_CLIENT)]
+    wall, mono = time.time_ns(), time.monotonic_ns()
+    for i, r in enumerate(ranks):
+        h = Hello(rank=r, local_rank=r % 8, world_size=world, host=f"node{r // 8}", pid=os.getpid() * 10_000 + r,
+                  backend="gloo", device="cpu", torch_version="2.13.0", commviz_version="0.1.0", job="ingest",
+                  mono_ns=mono, wall_ns=wall)
+        while not clients[i // RANKS_PER_CLIENT].send(encode_batch(r, [h, GroupDef("0", list(range(world)), "gloo")])):
+            time.sleep(0.01)
+    go.wait()
+    shape = [1 << 20]
+    sent = dropped = 0
+    seq = 0
+    t_end = time.monotonic() + seconds
+    per_s = rate / max(1, world) * len(ranks)  # this process's share, events/s
+    t0 = time.monotonic()
+    while time.monotonic() < t_end:
+        for i, r in enumerate(ranks):
+            now = time.monotonic_ns()
+            evs = []
+            for k in range(seq, seq + STEPS_PER_FRAME):
+                evs.append(OpStart(k, now, "all_reduce", "0", k, 4 << 20, "float32", shape))
+                evs.append(OpEnd(k, now + 1000))
+            if clients[i // RANKS_PER_CLIENT].send(encode_batch(r, evs)):
+                sent += len(evs)
+            else:
+                dropped += len(evs)
+        seq += STEPS_PER_FRAME
+        if per_s:
+            ahead = (sent + dropped) / per_s - (time.monotonic() - t0)
+            if ahead > 0:
+                time.sleep(ahead)
+    out.put((sent, dropped))
+    time.sleep(0.5)  # let zmq hand over what it queued
+    for c in clients:
+        c.close()
+
+
+def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
+    from commviz.watcher import LiveFeed
+
+    addr = f"ipc://{tempfile.mkdtemp(prefix='cvz-ingest-')}/w.sock"
+    feed = LiveFeed(addr).start()
+    ctx = mp.get_context("fork")
+    go, out = ctx.Event(), ctx.Queue()
+    parts = [list(range(ranks))[i::procs] for i in range(procs)]
+    ps = [ctx.Process(target=producer, args=(addr, p, ranks, seconds, rate, go, out)) for p in parts if p]
+    for p in ps:
+        p.start()
+    while len(feed.model.ranks) < ranks:
+        time.sleep(0.05)
+    base = feed.model.events
+    t0 = time.monotonic()
+    cpu0 = time.process_time()
+    go.set()
+    time.sleep(seconds)
+    with feed.lock:
+        got = feed.model.events - base
+        lag_s = (time.time_ns() - feed.model.last_t) / 1e9
+    shed = feed.server.shed_frames
+    dt = time.monotonic() - t0
+    cpu = time.process_time() - cpu0
+    sent = dropped = 0
+    for _ in ps:
+        s, d = out.get()
+        sent, dropped = sent + s, dropped + d
+    for p in ps:
+        p.join()
+    feed.close()
+    return {"ingested": got, "seconds": dt, "cpu": cpu, "sent": sent, "dropped": dropped, "lag_s": lag_s,
+            "shed_frames": shed}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--procs", type=int, default=2, help="producer processes")
+    ap.add_argument("--rate", type=float, default=0.0, help="events/s all ranks together (0: as fast as they can)")
+    a = ap.parse_args(argv)
+    r = run(a.ranks, a.seconds, a.procs, a.rate)
+    print(f"sent {r['sent']} events, dropped at the client {r['dropped']}, frames shed by the server "
+          f"{r['shed_frames']} (both: the watcher fell behind)")
+    print(f"watcher cpu {r['cpu']:.1f} s in {r['seconds']:.1f} s: {r['ingested'] / max(r['cpu'], 1e-9):,.0f} events per cpu-second")
+    print(f"{a.ranks} ranks: {r['ingested'] / r['seconds']:,.0f} events/s ingested, lag {r['lag_s']:.2f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

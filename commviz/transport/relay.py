@@ -1,0 +1,96 @@
+"""One per node: the node's ranks connect to it as to a watcher; it forwards their
+events over TCP (with the token) to the central watcher.
+
+Frames from the node's ranks are decoded (nothing from the wire is trusted here
+either) and a rank's events are gathered for `flush_s` before going on as one frame
+per rank, so the centre sees a few frames per second per rank whatever the ranks'
+own flush rate, from one peer per node. A centre that is down or behind costs the
+ranks nothing: the relay's own queue is bounded, and what it could not forward is
+counted (and said in its status line).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from commviz.events import Batch, encode_batch
+from commviz.transport.client import Client
+from commviz.transport.server import Server
+
+FLUSH_S = 0.05
+MAX_EVENTS = 4096  # per forwarded frame, as the probe's own MAX_BATCH
+MAX_HELD = 1_000_000  # events held for forwarding at most; past that the oldest rank's are dropped
+
+
+class Relay:
+    def __init__(self, listen: str, to: str, token: str | None = None, listen_token: str | None = None,
+                 flush_s: float = FLUSH_S) -> None:
+        self.listen, self.to = listen, to
+        self.flush_s = flush_s
+        self.held: dict[int, list] = {}  # rank -> events not yet forwarded
+        self.held_events = 0
+        self.forwarded = 0
+        self.frames_out = 0
+        self.dropped = 0
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        ident = f"relay-{socket.gethostname()}-{id(self):x}".encode()
+        self.client = Client(to, identity=ident, token=token)
+        self.server = Server(listen, self._on_batch, self._on_error, token=listen_token)
+        self.addr = self.server.addr
+        self._thread = threading.Thread(target=self._run, name="commviz-relay", daemon=True)
+
+    def start(self) -> "Relay":
+        self.server.start()
+        self._thread.start()
+        return self
+
+    def _on_batch(self, batch: Batch, payload: bytes) -> None:
+        with self._lock:
+            self.held.setdefault(batch.rank, []).extend(batch.events)
+            self.held_events += len(batch.events)
+            while self.held_events > MAX_HELD and self.held:
+                rank = next(iter(self.held))
+                self.dropped += len(self.held[rank])
+                self.held_events -= len(self.held.pop(rank))
+
+    def _on_error(self, peer: str, message: str) -> None:
+        with self._lock:
+            self.errors.append(f"from {peer}: {message}")
+            del self.errors[:-100]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            self.flush()
+
+    def flush(self) -> None:
+        """Forward what is held: one frame per rank (split past MAX_EVENTS)."""
+        with self._lock:
+            held, self.held, self.held_events = self.held, {}, 0
+        for rank, events in held.items():
+            for i in range(0, len(events), MAX_EVENTS):
+                chunk = events[i : i + MAX_EVENTS]
+                if self.client.send(encode_batch(rank, chunk)):
+                    self.forwarded += len(chunk)
+                    self.frames_out += 1
+                else:
+                    self.dropped += len(chunk)
+
+    def status(self) -> str:
+        bits = [f"relaying {self.addr} → {self.to}", f"{len(self.server.peers)} peers",
+                f"{self.forwarded} events forwarded in {self.frames_out} frames"]
+        if self.dropped:
+            bits.append(f"{self.dropped} dropped (the watcher at {self.to} is down or behind)")
+        if self.server.bad_frames:
+            bits.append(f"{self.server.bad_frames} bad frames")
+        return " · ".join(bits)
+
+    def close(self) -> None:
+        """Stop listening, forward what is held, and give zmq its linger to hand it over."""
+        self._stop.set()
+        self._thread.join(2)
+        self.server.close()
+        self.flush()
+        self.client.close()

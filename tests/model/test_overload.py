@@ -1,0 +1,58 @@
+"""A watcher behind the job says how far, sheds detail past a bound, and keeps
+counts and bytes exact while it does."""
+
+from commviz.model import Model
+from commviz.model.overload import Overload
+from tests.helpers import group, hello, op
+
+S = 1_000_000_000
+
+
+def test_lag_is_now_minus_the_newest_event_and_shedding_has_hysteresis():
+    o = Overload(shed_after_s=5.0)
+    assert not o.update(10 * S, 9 * S) and o.lag_ns == S and o.words() == "lag 1.0 s"
+    assert o.update(20 * S, 9 * S)  # 11 s behind
+    assert "shedding detail" in o.words() and "counts and bytes stay exact" in o.words()
+    assert o.update(20 * S, 16 * S)  # 4 s: still above half the bound
+    assert not o.update(20 * S, 18 * S) and o.spells == 1
+
+
+def feed(m: Model, shed_from: int | None, n: int = 200):
+    ranks = (0, 1, 2, 3)
+    for r in ranks:
+        m.ingest(r, hello(r, world=4))
+        m.ingest(r, group(ranks=ranks))
+    for i in range(n):
+        if shed_from is not None and i == shed_from:
+            m.shed = True
+        for r in ranks:
+            for ev in op(i, 1000 * i + r, 1000 * i + 500 + r, seq=i, nbytes=4096 * (1 + i % 3)):
+                m.ingest(r, ev)
+        m.ingest(0, op(10_000 + i, 1000 * i, 1000 * i + 90, name="isend", seq=i, peer=1)[0])
+        m.ingest(0, op(10_000 + i, 1000 * i, 1000 * i + 90, name="isend", seq=i, peer=1)[1])
+        m.ingest(1, op(10_000 + i, 1000 * i, 1000 * i + 95, name="irecv", seq=i, peer=0)[0])
+        m.ingest(1, op(10_000 + i, 1000 * i, 1000 * i + 95, name="irecv", seq=i, peer=0)[1])
+    return m
+
+
+def counts(summary):
+    return ([(o["op"], o["group"], o["count"], o["bytes"]) for o in summary["ops"]],
+            summary["per_rank"], [r["status"] for r in summary["ranks"]])
+
+
+def test_shedding_keeps_counts_and_bytes_exact_and_drops_detail():
+    full = feed(Model(), None)
+    shed = feed(Model(), shed_from=50)
+    assert counts(shed.summary()) == counts(full.summary())
+    assert shed.shed_ops == 150 and full.shed_ops == 0
+    # detail stopped: flows saw only the first 50 steps, latency only their samples
+    assert sum(shed.traffic.flows.total(0, 1)) < sum(full.traffic.flows.total(0, 1))
+    assert shed.stats[("all_reduce", "0")].timed == 50 and full.stats[("all_reduce", "0")].timed == 200
+
+
+def test_a_hang_is_still_found_while_shedding():
+    m = feed(Model(hang_after_s=1.0), shed_from=0, n=10)
+    for r in (0, 1, 2):  # rank 3 never comes to step 10
+        m.ingest(r, op(10, 20_000, 0, seq=10)[0])
+    [d] = m.findings(now=m.last_t + 5 * S).diagnoses
+    assert d.kind.value == "hang" and d.missing_ranks == [3]

@@ -1,0 +1,109 @@
+"""Streaming reads: a trace of any length is fed in the one order, in bounded memory,
+and gives the same answers as reading it whole."""
+
+import importlib.util
+import pathlib
+
+from commviz.events import encode_batch
+from commviz.model import Model
+from commviz.model.clock import order_events
+from commviz.trace.file import load
+from commviz.trace.stream import open_trace
+from tests.helpers import group, hello, op
+from tests.trace.test_file import write
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def synth():
+    spec = importlib.util.spec_from_file_location("bench_synth", ROOT / "bench" / "synth.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def summaries(path):
+    whole = load(path)
+    a = Model(hang_after_s=1.0)
+    a.ingest_trace(whole.batches, cut_off=whole.truncated)
+    s = open_trace(path)
+    b = Model(hang_after_s=1.0, flows=False)
+    b.ingest_ordered(s.events(), cut_off=s.truncated)
+    return a.summary(), b.summary()
+
+
+def test_synthetic_trace_streams_in_the_order_of_a_whole_read(tmp_path):
+    p = tmp_path / "t.cvz"
+    synth().write(str(p), ranks=16, ops=200)
+    whole = order_events(load(p).batches)
+    streamed = list(open_trace(p).events())
+    assert streamed == whole
+    a, b = summaries(p)
+    assert a == b and a["ops"][0]["count"] == 200 and all(r["status"] == "exited" for r in a["ranks"])
+
+
+def test_per_rank_files_stream_together(tmp_path):
+    # rank 1's clock is 5 s ahead; its file sorts first but its events interleave
+    write(tmp_path / "rank-0.cvz", [(0, [hello(0), group()]), (0, op(0, 10, 20)), (0, op(1, 30, 40, seq=1))])
+    write(tmp_path / "rank-1.cvz", [(1, [hello(1, mono=5_000_000_000), group()]),
+                                    (1, op(0, 5_000_000_012, 5_000_000_021)),
+                                    (1, op(1, 5_000_000_031, 5_000_000_041, seq=1))])
+    assert list(open_trace(tmp_path).events()) == order_events(load(tmp_path).batches)
+    a, b = summaries(tmp_path)
+    assert a == b and a["ops"][0]["count"] == 2
+
+
+def test_cut_off_file_streams_up_to_its_last_whole_frame(tmp_path):
+    p = tmp_path / "t.cvz"
+    write(p, [(0, [hello(0), group()]), (1, [hello(1), group()]), (0, op(0, 0, 10)), (1, op(0, 1, 11)),
+              (0, op(1, 20, 30, seq=1))])
+    p.write_bytes(p.read_bytes()[:-5])
+    s = open_trace(p)
+    assert s.truncated and "truncated at offset" in s.problems[0]
+    assert list(s.events()) == order_events(load(p).batches)
+    a, b = summaries(p)
+    assert a == b and {r["status"] for r in a["ranks"]} == {"dead"}
+
+
+def test_events_are_read_as_they_are_needed(tmp_path):
+    p = tmp_path / "t.cvz"
+    synth().write(str(p), ranks=8, ops=8000)
+    s = open_trace(p)
+    it = s.events()
+    next(it)
+    assert 0 < s.bytes_done < s.total_bytes / 4  # the first event came before most of the file was read
+    assert sum(1 for _ in it) + 1 == s_events(p)
+    assert s.bytes_done == s.total_bytes
+
+
+def s_events(p):
+    return sum(len(b.events) for b in load(p).batches)
+
+
+def test_a_bad_frame_is_named_and_the_stream_goes_on(tmp_path):
+    from commviz.trace.file import frame_bytes, header_bytes
+
+    good = encode_batch(0, [hello(0), group(ranks=(0,))])
+    p = tmp_path / "t.cvz"
+    p.write_bytes(header_bytes() + frame_bytes(good) + frame_bytes(b"\xc1garbage") + frame_bytes(encode_batch(0, op(0, 1, 2))))
+    s = open_trace(p)
+    assert len(list(s.events())) == 4
+    assert s.info.bad_frames == 1 and "undecodable frame" in s.problems[-1]
+
+
+def test_a_long_read_reports_progress(tmp_path, monkeypatch, capsys):
+    from commviz.commands import _trace
+    from commviz.trace import stream
+
+    p = tmp_path / "t.cvz"
+    synth().write(str(p), ranks=4, ops=2000)
+    monkeypatch.setattr(stream, "PROGRESS_EVERY", 4096)
+    seen = []
+    s = open_trace(p, progress=lambda done, total: seen.append((done, total)))
+    list(s.events())
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1][1] == s.total_bytes
+    monkeypatch.setattr(_trace, "PROGRESS_FROM_BYTES", 0)
+    monkeypatch.setattr(_trace, "PROGRESS_EVERY_S", 0.0)
+    list(_trace.open_stream(p).events())
+    err = capsys.readouterr().err
+    assert f"commviz: reading {p}: " in err and "% (" in err
