@@ -7,8 +7,8 @@ from __future__ import annotations
 import functools
 import time
 
-from commviz.probe.core import Rec
-from commviz.probe.sender import START
+from commviz.events import start_record
+from commviz.probe.core import DEPTH, Rec
 
 
 def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, cuda: bool, root: int = -1,
@@ -23,7 +23,7 @@ def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, cuda: bool
     seq = probe.next_seq(g)
     op_id = next(probe.ids)
     t0 = time.monotonic_ns()
-    probe.push((START, op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
+    probe.push(start_record(op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
     return Rec(op_id, name, t0, -1, cuda, g.backend)
 
 
@@ -36,7 +36,8 @@ def guarded(probe, name: str, orig, start, finish):
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
-        if tls.depth:
+        st = tls.s
+        if st[DEPTH]:
             return orig(*args, **kwargs)
         try:
             rec = start(args, kwargs)
@@ -46,14 +47,14 @@ def guarded(probe, name: str, orig, start, finish):
             return result
         if rec is None:
             return orig(*args, **kwargs)
-        tls.depth = 1
+        st[DEPTH] = 1
         try:
             result = orig(*args, **kwargs)
         except BaseException as exc:
-            tls.depth = 0
+            st[DEPTH] = 0
             probe.fail(rec, exc)
             raise
-        tls.depth = 0
+        st[DEPTH] = 0
         try:
             finish(rec, result)
         except Exception as exc:

@@ -18,7 +18,7 @@ import weakref
 from commviz import ops as opcat
 from commviz.probe import calls
 from commviz.probe.core import dtype_name
-from commviz.probe.sender import END
+from commviz.events import end_record
 
 # function -> (bytes: "tensor" | "gathered" | "list" | "list_gathered")
 FUNCTIONS = {
@@ -53,7 +53,7 @@ class _Pending:
             return
         entry[1] -= 1
         if entry[1] == 0:
-            self.probe.push((END, entry[0], time.monotonic_ns(), "", -1, -1))
+            self.probe.push(end_record(entry[0], time.monotonic_ns()))
 
 
 def _storage(t) -> int:
