@@ -111,7 +111,8 @@ async def test_open_an_alert_shows_the_diagnosis():
         await pilot.pause()
         assert isinstance(app.screen, DiagnosisScreen)
         body = "\n".join(str(w.render()) for w in app.screen.query(Static))
-        assert "reduce_scatter_tensor" in body and "5" in body
+        assert body.startswith("HANG: reduce_scatter_tensor #40 on group 0")
+        assert "missing 5" in body and "rank 5 never entered it" in body
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, DiagnosisScreen)
@@ -240,4 +241,5 @@ async def test_light_theme_and_narrow_links_toggle():
         assert links.size.width > 0
         await pilot.press("l")
         await pilot.pause()
+        assert not links.display or links.size.width == 0  # hidden again
         assert isinstance(app.query_one("#throughput"), ThroughputPanel)
