@@ -28,7 +28,9 @@ def trace(tmp_path_factory):
     os.chmod(sock, 0o700)
     p = run(
         torchrun(WORLD, "-m", "commviz.run", os.path.join(JOBS, "every_op.py")),
-        env={"COMMVIZ_TRACE_DIR": str(d), "COMMVIZ_ADDR": f"ipc://{sock}/nobody.sock"},
+        # a rank that aborts (seen rarely: "terminate called without an active
+        # exception", after the probe's own clean shutdown) leaves its threads' stacks
+        env={"COMMVIZ_TRACE_DIR": str(d), "COMMVIZ_ADDR": f"ipc://{sock}/nobody.sock", "PYTHONFAULTHANDLER": "1"},
     )
     assert p.returncode == 0, p.stderr[-3000:]
     starts, ends, groups = {}, {}, {}
