@@ -83,3 +83,17 @@ async def test_the_diagnosis_screen_shows_each_waiting_ranks_stack_user_frame_fi
             assert f"train.py:{57 + r}" in lines[i]  # where: the user's own line, not torch's
             assert lines[i + 1].strip() == f"/home/me/proj/train.py:{57 + r} in step — dist.reduce_scatter_tensor(out, grads)"
         assert "distributed_c10d.py" not in body  # torch's frames are left out
+
+
+async def test_events_a_rank_dropped_are_an_alert_naming_the_rank_and_the_count():
+    from commviz.events import Counters
+
+    feed = scenes.busy_ring(4)
+    feed.model.ingest(2, Counters(t=feed.now, dropped=1234))
+    app = WatchApp(feed, title="t", animate=False, clock=FakeClock())
+    async with app.run_test(size=(120, 40)) as pilot:
+        alerts = app.query_one("#alerts", DataTable)
+        await wait_until(pilot, lambda: alerts.display)
+        rows = [" ".join(str(c) for c in alerts.get_row_at(i)) for i in range(alerts.row_count)]
+        assert rows == ["dropped ranks 2 1234 events never reached this watcher (ranks 2); "
+                        "set COMMVIZ_TRACE_DIR to keep everything"]
