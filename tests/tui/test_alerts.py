@@ -83,6 +83,10 @@ async def test_the_diagnosis_screen_shows_each_waiting_ranks_stack_user_frame_fi
             assert f"train.py:{57 + r}" in lines[i]  # where: the user's own line, not torch's
             assert lines[i + 1].strip() == f"/home/me/proj/train.py:{57 + r} in step — dist.reduce_scatter_tensor(out, grads)"
         assert "distributed_c10d.py" not in body  # torch's frames are left out
+        assert "rank 5 never entered it" in body
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, DiagnosisScreen)
 
 
 async def test_events_a_rank_dropped_are_an_alert_naming_the_rank_and_the_count():
