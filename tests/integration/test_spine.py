@@ -10,7 +10,7 @@ import pytest
 
 from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, REPO, commviz, run, torchrun
+from tests.integration.conftest import JOBS, REPO, commviz, ends_per_rank, run, torchrun
 
 pytestmark = pytest.mark.integration
 
@@ -129,17 +129,6 @@ def test_commviz_run_module_instruments_an_unmodified_script(isolated_env):
     s = summary_json(tdir)
     assert [pr["ops"]["barrier"]["count"] for pr in s["per_rank"]] == [1, 1]
     assert s["per_rank"][0]["ops"]["send"] == {"count": 2, "bytes": 2048}
-
-
-def ends_per_rank(tdir, world: int) -> list[int]:
-    """Ops each rank has finished so far, from the trace files being written."""
-    from commviz.trace.file import read_trace
-
-    n = [0] * world
-    for f in tdir.glob("rank-*.cvz"):
-        for b in read_trace(f).batches:
-            n[b.rank] += sum(isinstance(e, OpEnd) for e in b.events)
-    return n
 
 
 def test_watcher_started_mid_run_receives_within_a_second_and_gets_the_backlog(isolated_env):
