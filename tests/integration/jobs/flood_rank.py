@@ -2,7 +2,9 @@
 as it can, streaming to COMMVIZ_ADDR: a load that reaches every cap of the probe.
 
 Every 20 ms it prints `state MONO_NS OPS DROPPED BACKLOG RSS` (its own op count and
-the probe's counters); it stops when its stdin closes and prints `done OPS`."""
+the probe's counters); it stops when its stdin closes, prints `done OPS`, shuts the
+probe down (its goodbye) and prints `emitted EVENTS OP_RECORDS`: what the sender
+emitted, counted by a spy on it (the queue's own drops are the op records missing)."""
 
 import os
 import sys
@@ -23,6 +25,17 @@ dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
 t = torch.ones(4)
 dist.all_reduce(t)
 probe = current()
+emitted = [0, 0]
+emit = probe.sender._emit
+
+
+def spy(events):
+    emitted[0] += len(events)
+    emitted[1] += sum(type(e) is tuple for e in events)  # op starts and ends travel as tuples
+    emit(events)
+
+
+probe.sender._emit = spy
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 page = os.sysconf("SC_PAGE_SIZE")
@@ -45,5 +58,7 @@ while not stop.is_set():
         next_report = now + 0.02
         s = probe.sender
         print(f"state {time.monotonic_ns()} {n} {probe.health.dropped} {s.backlog_events} {rss()}", flush=True)
-dist.destroy_process_group()
 print(f"done {n}", flush=True)
+probe.shutdown()
+print(f"emitted {emitted[0]} {emitted[1]}", flush=True)
+dist.destroy_process_group()
