@@ -147,6 +147,9 @@ class FakeTime:
     def monotonic(self) -> float:
         return self.t
 
+    def __getattr__(self, name):  # the rest of the time module, as it is
+        return getattr(time, name)
+
 
 @pytest.fixture
 def server_clock(monkeypatch):
