@@ -31,7 +31,7 @@ emit = probe.sender._emit
 
 def spy(events):
     emitted[0] += len(events)
-    emitted[1] += sum(type(e) is tuple for e in events)  # op starts and ends travel as tuples
+    emitted[1] += sum(not hasattr(e, "__struct_fields__") for e in events)  # op records: plain sequences
     emit(events)
 
 
