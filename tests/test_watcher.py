@@ -1,7 +1,13 @@
-"""The live feed's counts: every bad frame reaches the model's count and the status
-line though each peer is described at most once a second; shed frames are shown by peer.
-Its own writes into a trace: the stop marker."""
+"""The live feed: every bad frame reaches the model's count and the status line though
+each peer is described at most once a second; shed frames are shown by peer; its own
+writes into a trace (the stop marker); refused peers are counted in the status line;
+a rank that dies on this host is dead in ~0.5 s."""
 
+import os
+import signal
+import socket
+import subprocess
+import sys
 import time
 
 import zmq
@@ -77,3 +83,63 @@ def test_note_stop_marks_every_running_rank_in_its_own_clock(tmp_path):
     assert isinstance(st, Stopped) and (st.by, st.reason, st.after_s) == ("commviz record", "hang", 3.0)
     assert before - now <= st.t - 5 * 10**9 <= after - now  # wall time in rank 0's monotonic clock
     assert feed.model.ranks[0].stopped == st and feed.model.ranks[1].stopped is None
+
+
+def test_the_status_line_counts_peers_refused_for_want_of_the_token():
+    feed = LiveFeed("tcp://127.0.0.1:0", token="s3cret").start()
+    clients = []
+    try:
+        assert "refused" not in feed.status()
+        for ident, token in ((b"anon", ""), (b"intruder", "wrong")):  # none at all, and a wrong one
+            c = Client(feed.addr, identity=ident, token=token)
+            clients.append(c)
+            c.send(encode_batch(1, [hello(1)]))
+            n = feed.server.denied
+            assert wait_for(lambda: feed.server.denied > n)
+        good = Client(feed.addr, identity=b"rank0", token="s3cret")
+        clients.append(good)
+        assert wait_for(lambda: good.send(encode_batch(0, [hello(0)])))
+        assert wait_for(lambda: "1 ranks" in feed.status())
+        status = feed.status()
+        assert f"{feed.server.denied} connections refused (no valid token)" in status, status
+        assert feed.server.denied >= 2
+    finally:
+        for c in clients:
+            c.close()
+        feed.close()
+
+
+def sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+
+
+def dead_after(feed: LiveFeed, rank: int, proc: subprocess.Popen) -> float:
+    """Seconds from SIGKILL to the rank marked dead."""
+    os.kill(proc.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    assert wait_for(lambda: feed.model.ranks[rank].status == "dead", timeout=10), "never marked dead"
+    return time.monotonic() - t0
+
+
+def test_a_rank_that_dies_on_this_host_is_dead_within_about_half_a_second(tmp_path):
+    """Two ranks; the second is killed the moment the first is seen dead, right after
+    a liveness pass, so its delay is the whole pass interval: the worst case."""
+    d = tmp_path / "sock"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock").start()
+    procs = [sleeper(), sleeper()]
+    try:
+        host = socket.gethostname()
+        with feed.lock:
+            for r, p in enumerate(procs):
+                feed.model.ingest(r, hello(r, pid=p.pid, host=host))
+        first = dead_after(feed, 0, procs[0])
+        worst = dead_after(feed, 1, procs[1])
+        print(f"dead after {first * 1000:.0f} ms, then {worst * 1000:.0f} ms (just after a pass)")
+        assert worst < 1.2  # ~0.5 s promised; slack for a loaded box, not for a slower pass
+        assert feed.model.ranks[1].status == "dead" and feed.model.ranks[0].status == "dead"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        feed.close()

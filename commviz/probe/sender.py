@@ -197,7 +197,11 @@ class Sender:
         self._carry = []
         if final is not None:
             # The goodbye counts what neither the watcher nor the trace will have got,
-            # this batch included: an event only the trace holds is not lost.
+            # this batch included: an event only the trace holds is not lost. Reach for
+            # a watcher first: one that came up since the last flush gets the backlog
+            # now, and the count says so (else it would count all that as lost).
+            if self.client is not None and (not self.connected or self.backlog):
+                self._send_backlog()
             unsent = 0 if self.connected or self.trace is not None else len(events) + 2
             undelivered = self.health.dropped + self.backlog_untraced + unsent
             final = [Goodbye(f.t, undelivered, f.reason) if isinstance(f, Goodbye) else f for f in final]

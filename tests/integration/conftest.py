@@ -25,6 +25,17 @@ def run(cmd, env=None, timeout=120, cwd=REPO) -> subprocess.CompletedProcess:
     return p
 
 
+def ends_per_rank(tdir, world: int) -> list[int]:
+    """Ops each rank has finished so far, from the trace files a job is writing."""
+    from commviz.trace.file import read_trace
+
+    n = [0] * world
+    for f in tdir.glob("rank-*.cvz"):
+        for b in read_trace(f).batches:
+            n[b.rank] += sum(type(e).__name__ == "OpEnd" for e in b.events)
+    return n
+
+
 @pytest.fixture
 def isolated_env(tmp_path, monkeypatch):
     """Keep ranks from talking to a watcher the developer may have running."""

@@ -10,7 +10,7 @@ import pytest
 
 from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, REPO, commviz, run, torchrun
+from tests.integration.conftest import JOBS, REPO, commviz, ends_per_rank, run, torchrun
 
 pytestmark = pytest.mark.integration
 
@@ -110,9 +110,12 @@ def test_unmodified_script_under_record_every_event_exact(isolated_env):
         for s, e in got[r]:
             assert e is not None, f"rank {r}: {s.op} never completed"
             assert e.t >= s.t and e.error == ""
-    # the isend/irecv nobody waited on for 200 ms completed long before that wait
-    lazy = [(s, e) for s, e in got[1] if s.op == "irecv" and s.bytes == 40][0]
-    assert (lazy[1].t - lazy[0].t) < 150e6
+    # the isend/irecv nobody waited on ended before the job began waiting for them
+    waited = {int(r): int(t) for _, r, t in (ln.split() for ln in p.stdout.splitlines() if ln.startswith("waiting-from"))}
+    assert sorted(waited) == [0, 1]
+    for r, op in ((0, "isend"), (1, "irecv")):
+        [(s, e)] = [(s, e) for s, e in got[r] if s.op == op and s.bytes == 40]
+        assert e.t < waited[r], (op, (waited[r] - e.t) / 1e6)
     s = summary_json(out)
     rows = {(r["op"], r["group"]): r for r in s["ops"]}
     assert rows[("send", "0")]["count"] == 2 and rows[("recv", "0")]["count"] == 2
@@ -132,13 +135,20 @@ def test_watcher_started_mid_run_receives_within_a_second_and_gets_the_backlog(i
     from commviz.watcher import LiveFeed
 
     addr = os.environ["COMMVIZ_ADDR"]
+    tdir = isolated_env / "traces"  # only to see the ranks at work before the watcher starts
+    iters = 100
     job = subprocess.Popen(
-        torchrun(2, ALLREDUCE, "--iters", "60", "--numel", "256", "--interval", "0.05"),
+        torchrun(2, ALLREDUCE, "--iters", str(iters), "--numel", "256", "--interval", "0.05"),
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=dict(os.environ, COMMVIZ_TRACE_DIR=str(tdir)),
     )
     try:
-        time.sleep(4.0)  # ranks are up and have been dropping into their backlog
-        assert job.poll() is None, "job finished before the watcher started; make it longer"
+        # both ranks have done 5 ops, into their backlog: 95 steps of 50 ms remain
+        deadline = time.monotonic() + 120
+        while not all(n >= 5 for n in ends_per_rank(tdir, 2)):
+            assert time.monotonic() < deadline and job.poll() is None, "the ranks never got going"
+            time.sleep(0.05)
+        assert job.poll() is None
         feed = LiveFeed(addr).start()
         t0 = time.monotonic()
         while time.monotonic() - t0 < 10:
@@ -155,7 +165,7 @@ def test_watcher_started_mid_run_receives_within_a_second_and_gets_the_backlog(i
             time.sleep(0.05)
         feed.close()
         s = feed.model.summary()
-        assert [pr["ops"]["all_reduce"]["count"] for pr in s["per_rank"]] == [60, 60]
+        assert [pr["ops"]["all_reduce"]["count"] for pr in s["per_rank"]] == [iters, iters]
     finally:
         if job.poll() is None:
             job.kill()

@@ -1,4 +1,4 @@
-"""DDP buckets and FSDP2 collectives, checked against what torch itself reports."""
+"""DDP buckets and FSDP1/FSDP2 collectives, checked against what torch itself reports."""
 
 import json
 import os
@@ -79,6 +79,26 @@ def test_fsdp2_one_step(tmp_path):
             ("all_gather_single", 1, l2),
             ("all_gather_single", 2, l2),
             ("all_gather_single", 3, l1),
+            ("reduce_scatter_single", 4, l2),
+            ("reduce_scatter_single", 5, l1),
+        ]
+        assert all(e is not None and e.error == "" for _, e in pairs(events[r]))
+
+
+def test_fsdp1_one_step(tmp_path):
+    """FullyShardedDataParallel, each Linear its own unit: the same pattern through
+    the ops FSDP1 calls, each flat parameter's unsharded bytes (both sizes are even:
+    no padding on 2 ranks)."""
+    events, rep = traced(tmp_path, "fsdp_train.py", "--fsdp1")
+    l1, l2 = (sum(x) for x in rep["layer_param_bytes"])
+    assert (l1, l2) == ((64 * 32 + 32) * 4, (32 * 16 + 16) * 4)
+    for r in (0, 1):
+        got = [(s.op, s.seq, s.bytes) for s, e in pairs(events[r])]
+        assert got == [
+            ("all_gather", 0, l1),
+            ("all_gather", 1, l2),
+            ("all_gather", 2, l2),
+            ("all_gather", 3, l1),
             ("reduce_scatter_single", 4, l2),
             ("reduce_scatter_single", 5, l1),
         ]

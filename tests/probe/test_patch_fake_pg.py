@@ -370,3 +370,83 @@ def test_a_stuck_probe_thread_bounds_the_queue_and_counts_every_dropped_record(p
         wrapped(torch.ones(4))
     assert len(probe.queue) == 10 and probe.health.dropped - dropped == 90
     probe.shutdown()
+
+
+def stop_sender_thread(probe):
+    """A fresh probe whose sender thread is stopped: nothing drains the queue."""
+    probe.shutdown()
+    probe.ensure_started()
+    s = probe.sender
+    s._stop.set()
+    s._wake.set()
+    s.thread.join(5)
+    assert not s.thread.is_alive()
+    probe.queue.clear()
+    return s
+
+
+def test_the_queue_holds_65536_records_and_counts_every_one_past_that(probe):
+    stop_sender_thread(probe)
+    t = torch.ones(4)
+    before = probe.health.dropped
+    n = 40_000  # a start and an end each: 80,000 records
+    try:
+        for _ in range(n):
+            dist.all_reduce(t)
+        assert probe.cfg.queue_cap == 65_536
+        assert len(probe.queue) == 65_536
+        assert probe.health.dropped - before == 2 * n - 65_536
+    finally:
+        probe.queue.clear()
+        probe.shutdown()
+
+
+def test_a_stuck_sender_never_blocks_the_training_thread(probe):
+    """The sender thread stuck in I/O (a disk that hangs): the caller's ops go on at
+    their own pace, the queue stays at its cap, and the sender picks up afterwards."""
+    import threading
+
+    probe.shutdown()
+    probe.ensure_started()
+    s = probe.sender
+    gate, stuck = threading.Event(), threading.Event()
+    write = s.trace.write
+
+    def hanging_write(payload):
+        stuck.set()
+        gate.wait(120)
+        write(payload)
+
+    s.trace.write = hanging_write
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert stuck.wait(10), "the sender never flushed"
+    done = threading.Event()
+    n = 100_000
+
+    def train():
+        for _ in range(n):
+            dist.all_reduce(t)
+        done.set()
+
+    worker = threading.Thread(target=train, daemon=True)
+    try:
+        worker.start()
+        # ~1 s on an idle box; a wrapper that waited on the sender never finishes, one
+        # that slept even 1 ms per op would take 100 s
+        assert done.wait(60), "the training thread was held up by the probe's I/O"
+        assert len(probe.queue) <= probe.cfg.queue_cap
+    finally:
+        gate.set()
+        worker.join(60)
+    import time
+
+    deadline = time.monotonic() + 30
+    while probe.queue and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not probe.queue, "the sender never came back"
+    dist.all_reduce(t)  # this op reaches the trace
+    last = next(probe.ids) - 1
+    probe.shutdown()
+    ids = {e.id for b in load(probe.trace_path).batches for e in b.events if isinstance(e, OpEnd)}
+    assert last in ids

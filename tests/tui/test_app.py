@@ -82,7 +82,21 @@ async def test_empty_state_says_what_to_do():
         assert "torchrun --nproc-per-node 4" in text and "commviz watch --" in text
         # Replay keys are hidden and inert on a live feed.
         assert app.check_action("step", ()) is False
+        ran = []
+        for action in ("step", "play_pause", "faster"):
+            setattr(app, f"action_{action}", lambda a=action: ran.append(a))
         await pilot.press("n", "space", "plus")
+        await pilot.pause()
+        assert ran == []  # inert: the keys reached no action
+        footer = " ".join(str(b.binding.description) for b in app.active_bindings.values() if b.binding.show and b.enabled)
+        assert "Quit" in footer and "Step" not in footer and "Play/pause" not in footer  # and hidden
+        # positive control: the same stand-ins do run on a replay
+        replay = WatchApp(ReplayFeed(two_rank_trace(), clock=FakeClock(), name="r.cvz"), title="replay")
+        replay.action_step = lambda: ran.append("step")
+        async with replay.run_test(size=(80, 24)) as rp:
+            await rp.press("n")
+            await rp.pause()
+        assert ran == ["step"]
         app.save_screenshot("commviz-empty-80x24.svg", path=SHOTS)
 
 

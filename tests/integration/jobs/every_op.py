@@ -74,7 +74,10 @@ for op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.Red
 w1 = dist.all_reduce(f32(128, 1), async_op=True)
 w2 = dist.broadcast(f32(128), src=0, async_op=True)
 w3 = dist.all_gather_into_tensor(f32(32 * world), f32(32), async_op=True)
-time.sleep(0.5)  # nobody waits yet: the probe times them anyway
+while not all(w.is_completed() for w in (w1, w2, w3)):  # nobody waits: the probe times them anyway
+    time.sleep(0.01)
+time.sleep(0.2)
+print(f"waiting-from {rank} {time.monotonic_ns()}", flush=True)  # they ended before this
 for w in (w1, w2, w3):
     w.wait()
 
@@ -100,4 +103,23 @@ if rank in (0, 1):
     dist.all_reduce(f32(16), group=sub)
 mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
 dist.all_reduce(f32(8), group=mesh.get_group("tp"))
+
+# --- async forms of the rest, and all_gather_coalesced (default group, seq 30 on)
+works = [
+    dist.reduce(f32(16), dst=1, async_op=True),
+    dist.gather(f32(8), [f32(8) for _ in range(world)] if rank == 2 else None, dst=2, async_op=True),
+    dist.scatter(f32(8), [f32(8, i) for i in range(world)] if rank == 3 else None, src=3, async_op=True),
+    dist.all_gather([f32(8) for _ in range(world)], f32(8), async_op=True),
+    dist.all_gather_single(f32(8 * world), f32(8), async_op=True),
+    dist.reduce_scatter(f32(8), [f32(8) for _ in range(world)], async_op=True),
+    dist.reduce_scatter_tensor(f32(8), f32(8 * world), async_op=True),
+    dist.all_to_all([f32(4) for _ in range(world)], [f32(4) for _ in range(world)], async_op=True),
+    dist.all_to_all_single(f32(4 * world), f32(4 * world), async_op=True),
+    dist.all_reduce_coalesced([f32(2), f32(3)], async_op=True),
+    dist.all_gather_coalesced([[f32(5)] for _ in range(world)], [f32(5)], async_op=True),
+    dist.barrier(async_op=True),
+]
+for w in works:
+    w.wait()
+dist.all_gather_coalesced([[f32(5)] for _ in range(world)], [f32(5)])
 dist.destroy_process_group()

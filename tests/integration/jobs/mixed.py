@@ -23,11 +23,16 @@ reqs = [dist.isend(torch.zeros(128, dtype=torch.float64), peer), dist.irecv(out,
 for r in reqs:
     r.wait()
 
-# async p2p nobody waits on for a while: the probe times it anyway
+# async p2p nobody waits on for a while: the probe times it anyway (gloo says a p2p
+# work is completed only once someone waited: under commviz its helper thread did)
 req = dist.isend(torch.zeros(10), peer) if rank == 0 else dist.irecv(torch.zeros(10), 0)
 import time
 
-time.sleep(0.2)
+deadline = time.monotonic() + 30
+while not req.is_completed() and time.monotonic() < deadline:
+    time.sleep(0.01)
+time.sleep(0.05)
+print(f"waiting-from {rank} {time.monotonic_ns()}", flush=True)
 req.wait()
 
 dist.broadcast(t, src=1)
