@@ -3,6 +3,7 @@ right rank, with exact bytes, peer/root, group and sequence number."""
 
 import io
 import os
+import re
 import pickle
 
 import pytest
@@ -43,7 +44,9 @@ def trace(tmp_path_factory):
             elif isinstance(e, GroupDef):
                 groups.setdefault(b.rank, {})[e.group] = e.ranks
     events = {r: [(s, ends[r].get(i)) for i, s in sorted(st.items())] for r, st in starts.items()}
-    waited = {int(r): int(t) for _, r, t in (ln.split() for ln in p.stdout.splitlines() if ln.startswith("waiting-from "))}
+    # ranks share torchrun's stdout and a print's newline may go out in a write of its
+    # own, so two ranks' lines can run together: match the pairs, not the lines
+    waited = {int(r): int(t) for r, t in re.findall(r"waiting-from (\d+) (\d+)", p.stdout)}
     return {"events": events, "groups": groups, "dir": d, "waited": waited}
 
 
