@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
+from commviz.events import Sample
 from commviz.topo.rates import RateTracker
 
 DEFAULT_INTERVAL_S = 0.25
@@ -193,7 +196,7 @@ class HostSampler:
             for lk in links:
                 for d in ("tx", "rx"):
                     c = counters.get(f"nvlink{lk}.{d}")
-                    rates[f"nvlink{lk}.{d}"] = self._rates.update(f"{p}.nvlink{lk}.{d}", *(c or (None, None)))
+                    rates[f"nvlink{lk}.{d}"] = self._counter_rate(f"{p}.nvlink{lk}.{d}", c)
             self._emit_links(p, rates, out)
             if links and all(counters.get(f"nvlink{lk}.{d}") is None for lk in links for d in ("tx", "rx")):
                 # The throughput fields are not there: try GPM (Hopper and later) from now on.
@@ -201,7 +204,7 @@ class HostSampler:
                     self._gpm.add(i)
         for d in ("tx", "rx"):
             c = counters.get(f"pcie.{d}")
-            rate = self._rates.update(f"{p}.pcie.{d}", *(c or (None, None)))
+            rate = self._counter_rate(f"{p}.pcie.{d}", c)
             if rate is not None:
                 out[f"{p}.pcie.{d}_Bps"] = rate
         if counters.get("pcie.tx") is None and counters.get("pcie.rx") is None:
@@ -209,6 +212,12 @@ class HostSampler:
                 self._pcie_slow.add(i)
         else:
             self._pcie_slow.discard(i)
+
+    def _counter_rate(self, key: str, c) -> float | None:
+        """Bytes/s from a backend Counter (value, t_us[, modulus]); None when absent."""
+        if c is None:
+            return self._rates.update(key, None, None)
+        return self._rates.update(key, c[0], c[1], modulus=c[2] if len(c) > 2 else None)
 
     def _gpm_rates(self, i: int, links: list[int], out: dict[str, float]) -> None:
         rates = self._backend.nvlink_rates(i, links)
@@ -258,3 +267,37 @@ class HostSampler:
                 sys.stderr.write(f"commviz: {message}\n")
         except Exception:
             pass
+
+
+class SamplerThread:
+    """Runs a HostSampler on its own thread: NVML's PCIe fallback blocks 20-40 ms per
+    call, which on the flushing or CUDA polling thread would hold back both."""
+
+    def __init__(self, sampler: HostSampler, queue, health) -> None:
+        self.sampler = sampler
+        self.queue = queue
+        self.health = health
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="commviz-sampler", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        s = self.sampler
+        while not self._stop.is_set():
+            try:
+                t = time.monotonic_ns()
+                if s.due(t):
+                    values = s.sample(t)
+                    if values:
+                        self.queue.append(Sample(t, values))
+            except Exception as exc:  # sample() never raises; belt and braces
+                self.health.internal("sampler", exc)
+            self._stop.wait(s.interval_s)
+
+    def stop(self, timeout: float = 0.5) -> None:
+        self._stop.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout)
+        self.sampler.close()

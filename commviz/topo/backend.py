@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-Counter = tuple[int, int]  # (cumulative bytes, timestamp in microseconds)
+# (cumulative bytes, timestamp in microseconds[, the counter's modulus in bytes when
+# known: it wraps to 0 there])
+Counter = tuple
 
 
 @runtime_checkable

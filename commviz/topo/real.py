@@ -35,6 +35,9 @@ _FIELDS = {
 
 # nvmlValueType_t -> the nvmlValue_t member holding it.
 _VALUE_MEMBER = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+# Widths of the unsigned value types: where a cumulative counter wraps. ulVal is a C
+# unsigned long: 64 bits on the Linux hosts NVML runs on.
+_VALUE_BITS = {1: 32, 2: 64, 3: 64, 6: 16}
 
 # nvmlInit failures that mean "no usable driver here", said in words.
 _INIT_HINTS = {12: "no NVIDIA driver is installed here", 9: "the NVIDIA driver is not loaded",
@@ -292,7 +295,8 @@ class RealNvml:
                 refused.setdefault(kind, getattr(v, "nvmlReturn", -1))
                 continue
             got.add(kind)
-            out[key] = (int(value) * unit, int(getattr(v, "timestamp", 0)))
+            bits = _VALUE_BITS.get(getattr(v, "valueType", 3))
+            out[key] = (int(value) * unit, int(getattr(v, "timestamp", 0)), (1 << bits) * unit if bits else None)
         for kind, code in refused.items():
             label = ("NVLink throughput counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_*)" if kind == "nvlink"
                      else "PCIe byte counters (NVML_FI_DEV_PCIE_COUNT_*_BYTES)")

@@ -223,7 +223,8 @@ class FakePynvml:
                     v.value.uiVal = self._gpu(h).get("nvlink_count", len(self._gpu(h)["links"]))
                 else:
                     seq = self.counters.get((h.index, fid, scope), [0])
-                    v.value.ullVal = seq[min(step, len(seq) - 1)]
+                    v.valueType = getattr(self, "value_types", {}).get(fid, 3)  # 1: a 32-bit counter
+                    setattr(v.value, "uiVal" if v.valueType == 1 else "ullVal", seq[min(step, len(seq) - 1)])
             out.append(v)
         return out
 

@@ -81,3 +81,19 @@ def test_unsupported_counters_are_none_for_every_link():
     c = FakeNvml(fx).counters(0, list(range(18)))
     assert all(c[f"nvlink{lk}.{d}"] is None for lk in range(18) for d in ("tx", "rx"))
     assert c["pcie.tx"] is not None
+
+
+def test_a_counter_that_wraps_at_its_width_is_unwrapped_not_dropped():
+    """NVML's PCIe byte counters (fields 197/198) wrap; from the top half of the
+    range to the bottom is a wrap, and the interval counts."""
+    r = RateTracker()
+    top = 2**32
+    assert r.update("pcie", top - 1_000, 1_000_000, modulus=top) is None
+    assert r.update("pcie", 3_000, 2_000_000, modulus=top) == 4_000.0
+
+
+def test_a_reset_is_still_skipped_when_the_width_is_known():
+    r = RateTracker()
+    r.update("pcie", 1_000_000, 1_000_000, modulus=2**64)
+    assert r.update("pcie", 10, 2_000_000, modulus=2**64) is None  # a driver reload, not a wrap
+    assert r.update("pcie", 1_010, 3_000_000, modulus=2**64) == 1_000.0

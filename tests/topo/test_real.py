@@ -135,10 +135,22 @@ def test_counters_one_call_per_gpu_in_bytes_with_nvml_timestamps():
     b, nv = real("dgx-h100", counters=counters, t_us=[1_000_000, 1_100_000, 1_200_000])
     c = b.counters(0, [3, 4])
     assert nv.calls["nvmlDeviceGetFieldValues"] == 1
-    assert c["nvlink3.tx"] == (0, 1_000_000)
+    assert c["nvlink3.tx"][:2] == (0, 1_000_000)
     c = b.counters(0, [3, 4])
-    assert c["nvlink3.tx"] == (2_441 * 1024, 1_100_000) and c["nvlink3.rx"] == (100 * 1024, 1_100_000)
-    assert c["nvlink4.tx"] == (0, 1_100_000) and c["pcie.tx"] == (10**6, 1_100_000)
+    assert c["nvlink3.tx"][:2] == (2_441 * 1024, 1_100_000) and c["nvlink3.rx"][:2] == (100 * 1024, 1_100_000)
+    assert c["nvlink4.tx"][:2] == (0, 1_100_000) and c["pcie.tx"][:2] == (10**6, 1_100_000)
+    # where each counter wraps, from NVML's value type: KiB counters in 64 bits
+    assert c["nvlink3.tx"][2] == 2**64 * 1024
+
+
+def test_a_32_bit_pcie_counter_reports_where_it_wraps():
+    """nvml.h: the PCIe byte counters (fields 197/198) "can be wrapped"; their width is
+    the value type NVML answers with."""
+    counters = {(0, 197, 0): [2**32 - 1_000, 3_000]}
+    b, nv = real("dgx-h100", counters=counters, t_us=[1_000_000, 2_000_000])
+    nv.value_types = {197: 1}  # NVML_VALUE_TYPE_UNSIGNED_INT
+    first = b.counters(0, [])["pcie.tx"]
+    assert first[2] == 2**32
 
 
 def test_unsupported_counter_fields_are_dropped_after_the_first_refusal():
