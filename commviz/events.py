@@ -76,13 +76,23 @@ class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True):
 
 class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):
     """The op finished (or failed). `bytes`/`peer` >= 0 override the start's when
-    they are only known at the end (object collectives, recv from any source)."""
+    they are only known at the end (object collectives, recv from any source).
+
+    CUDA ops: `t` is when the probe saw the op complete (host clock, within a poll of
+    it). `device_ns` >= 0 is the op's duration on the GPU, from CUDA events recorded
+    on the tensor's stream before and after it: queueing behind earlier kernels is
+    excluded, waiting for peers and the transfer are in it. `enqueue_ns` is the host
+    time the call took to return (the launch). `captured`: the op was recorded into a
+    CUDA graph: nothing ran then, it runs at each replay of the graph."""
 
     id: int
     t: int
     error: str = ""
     bytes: int = -1
     peer: int = -1
+    device_ns: int = -1
+    enqueue_ns: int = -1
+    captured: bool = False
 
 
 # The probe queues ops as plain tuples in the array-like encoding of OpStart and
@@ -108,7 +118,13 @@ def start_record(op_id: int, t: int, op: str, group: str, seq: int, nbytes: int,
     return rec + (True,) if batched else rec
 
 
-def end_record(op_id: int, t: int, error: str = "", nbytes: int = -1, peer: int = -1) -> tuple:
+def end_record(op_id: int, t: int, error: str = "", nbytes: int = -1, peer: int = -1, device_ns: int = -1,
+               enqueue_ns: int = -1, captured: bool = False) -> tuple:
+    """An OpEnd as the probe queues it; the CUDA fields only when set."""
+    if captured:
+        return (END, op_id, t, error, nbytes, peer, device_ns, enqueue_ns, True)
+    if device_ns >= 0 or enqueue_ns >= 0:
+        return (END, op_id, t, error, nbytes, peer, device_ns, enqueue_ns)
     return (END, op_id, t, error, nbytes, peer)
 
 

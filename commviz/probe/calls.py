@@ -11,16 +11,19 @@ from commviz.events import start_record
 from commviz.probe.core import DEPTH, Rec
 
 
-def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, cuda: bool, root: int = -1,
+def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=None, root: int = -1,
           is_async: bool = False, reduce_op: str = "") -> Rec | None:
     """Start an event for a collective on `pg`; None when this rank is not in the group
-    or the probe is not running (the call then runs unobserved, as torch runs it)."""
+    or the probe is not running (the call then runs unobserved, as torch runs it).
+    `tensor`: one the op reads, when its end goes through probe.complete; a CUDA one
+    gets its device, capture state and start event here (probe/cuda.py)."""
     if not probe.started and not probe.ensure_started():
         return None
     g = probe.group_info(pg)
     if g is None:
         return None
     seq = probe.next_seq(g)
+    cuda = probe.cuda_side.begin(tensor) if tensor is not None and tensor.is_cuda else False
     op_id = next(probe.ids)
     t0 = time.monotonic_ns()
     probe.push(start_record(op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))

@@ -20,7 +20,7 @@ from commviz.events import E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_reco
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name, reduce_name
-from commviz.probe.sender import Sender
+from commviz.probe.sender import EXIT_GRACE_S, Sender
 from commviz.probe.work import Waiters
 from commviz.trace import ring as _ring
 
@@ -84,6 +84,8 @@ class Probe:
         self.started = False
         self.start_failed = False
         self.sender: Sender | None = None
+        self.sampler = None  # SamplerThread on local rank 0
+        self.hello: Hello | None = None
         self.rank = -1
         self._start_lock = threading.Lock()
         self._track_mode: dict[tuple[str, str], str] = {}
@@ -92,6 +94,8 @@ class Probe:
         self.ring = None  # crash ring writer (trace/ring.py)
         self.ring_start = None  # its start/end writers while it is open, called by the hot path
         self.ring_end = _no_ring_end  # never None: an op that began with the ring may end after it closed
+        self.cuda_side = None  # CudaSide (probe/cuda.py), made at start
+        self.cuda_module = None  # torch.cuda, or a stand-in that models it (tests)
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         from commviz.probe.audit import Auditor
@@ -127,15 +131,22 @@ class Probe:
         ring_path = self._open_ring(rank)
         hello = self._hello(rank, dist.get_world_size(), str(dist.get_backend()))
         hello.ring = ring_path
+        self.hello = hello  # the sender's too: a reconnecting watcher gets it as updated
         sampler = None
-        from commviz.probe.samplers import HostSampler, local_rank_from_env, should_sample
+        from commviz.probe.samplers import HostSampler, SamplerThread, local_rank_from_env, should_sample
 
         if self.cfg.samples and should_sample(rank, local_rank_from_env()):
-            sampler = HostSampler(warn=self.health.warn_once)
+            sampler = SamplerThread(HostSampler(warn=self.health.warn_once), self.queue, self.health)
+        from commviz.probe.cuda import CudaSide
+
+        if self.cuda_side is None:  # one per process: CUDAGraph is patched once, for it
+            self.cuda_side = CudaSide(self._cuda(), self.push, self.health, self._device_seen)
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
-                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack, sampler)
-        self.sender.end_sink = self.push
+                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack)
         self.sender.start()
+        self.sampler = sampler
+        if sampler is not None:
+            sampler.start()
         self.started = True
         for patch in self.late_patches:
             try:
@@ -166,20 +177,25 @@ class Probe:
         self.ring_start, self.ring_end = self.ring.start, self.ring.end
         return path
 
+    def _cuda(self):
+        if self.cuda_module is None:
+            import torch.cuda
+
+            return torch.cuda
+        return self.cuda_module
+
     def _hello(self, rank: int, world: int, backend: str) -> Hello:
         import torch
 
         import commviz
 
-        device, uuid, bus = "cpu", None, None
+        # Which GPU is learnt from the first CUDA tensor (_device_seen): the current
+        # device here is wrong for scripts that call set_device later or never, and
+        # the backend string can be "undefined" or "cpu:gloo,cuda:nccl".
+        device = "cpu"
         try:
-            if "nccl" in backend and torch.cuda.is_available():
-                i = torch.cuda.current_device()
-                device = f"cuda:{i}"
-                props = torch.cuda.get_device_properties(i)
-                uuid = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None
-                if getattr(props, "pci_bus_id", None) is not None:
-                    bus = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+            if ("nccl" in backend or backend == "undefined") and self._cuda().is_available():
+                device = "cuda"  # which one: not seen yet
         except Exception as exc:
             self.health.internal("device info", exc)
         env = os.environ
@@ -199,9 +215,20 @@ class Probe:
             job=job,
             mono_ns=time.monotonic_ns(),
             wall_ns=time.time_ns(),
-            cuda_uuid=uuid,
-            pci_bus_id=bus,
         )
+
+    def _device_seen(self, index: int) -> None:
+        """The first CUDA tensor this rank passed (caller's thread, once per device):
+        say hello again with its GPU. A rank using several GPUs names the first."""
+        hello = self.hello
+        if hello is None or hello.device.startswith("cuda:"):
+            return
+        props = self._cuda().get_device_properties(index)  # host-side, cached by torch
+        hello.device = f"cuda:{index}"
+        hello.cuda_uuid = f"GPU-{props.uuid}" if getattr(props, "uuid", None) else None
+        if getattr(props, "pci_bus_id", None) is not None:
+            hello.pci_bus_id = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        self.push(hello)
 
     def shutdown(self, reason: str = "exit") -> None:
         s = self.sender
@@ -214,6 +241,10 @@ class Probe:
         self.sender = None
         self.started = False
         try:
+            if self.cuda_side is not None:
+                self.cuda_side.stop(EXIT_GRACE_S)  # its last ends reach the final flush
+            if self.sampler is not None:
+                self.sampler.stop()
             s.stop(reason)
         except Exception as exc:
             self.health.internal("shutdown", exc)
@@ -301,7 +332,7 @@ class Probe:
         g = self.group_info(am.group(args, kwargs))
         if g is None:
             return None  # this rank is not in the group: torch does nothing either
-        nbytes, dtype, shape, cuda = am.payload(args, kwargs, g.size)
+        nbytes, dtype, shape, x = am.payload(args, kwargs, g.size)
         peer = root = -1
         if spec.kind == opcat.P2P:
             peer = am.rooted(args, kwargs, g)
@@ -316,7 +347,7 @@ class Probe:
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
                                reduce_name(red) if red is not None else ""))
-        return Rec(op_id, spec.name, t0, peer, cuda, g.backend)
+        return Rec(op_id, spec.name, t0, peer, self.cuda_side.begin(x) if x is not None else False, g.backend)
 
     def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
         if direction:
@@ -339,11 +370,12 @@ class Probe:
         t = p2p.tensor
         peer = int(p2p.peer)
         seq = self.next_seq(g, "send" if name == "isend" else "recv", peer)
+        cuda = self.cuda_side.begin(t) if t.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
                                is_async=True, batched=True))
-        return Rec(op_id, name, t0, peer, t.is_cuda, g.backend)
+        return Rec(op_id, name, t0, peer, cuda, g.backend)
 
     def begin_bucket(self, pg, bucket) -> Rec | None:
         """A DDP gradient bucket about to be reduced by the comm hook."""
@@ -354,11 +386,12 @@ class Probe:
             return None
         buf = bucket.buffer()
         seq = self.next_seq(g)
+        cuda = self.cuda_side.begin(buf) if buf.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
                                is_async=True, reduce_op="SUM", bucket=bucket.index(), params=len(bucket.parameters())))
-        return Rec(op_id, "ddp_bucket", t0, -1, buf.is_cuda, g.backend)
+        return Rec(op_id, "ddp_bucket", t0, -1, cuda, g.backend)
 
     def end_now(self, rec: Rec, error: str = "") -> None:
         self.push(end_record(rec.id, time.monotonic_ns(), error))
@@ -379,7 +412,7 @@ class Probe:
             self.track(rec, result, nbytes)
             return
         if rec.cuda:
-            self._track_cuda(rec, nbytes)
+            self.cuda_side.end_sync(rec.id, rec.cuda, rec.t0, nbytes)
             return
         self.push(end_record(rec.id, time.monotonic_ns(), "", nbytes, peer))
 
@@ -390,34 +423,33 @@ class Probe:
 
     def track(self, rec: Rec, work, nbytes: int = -1) -> None:
         """Stamp the end of an async op when its Work completes, however the backend
-        lets us learn that (see probe/work.py)."""
+        lets us learn that (see probe/work.py). CUDA work never takes the CPU modes:
+        the waiter's C++ wait() on its own thread would leave the user's stream not
+        waiting for the op."""
+        if rec.cuda:
+            self.cuda_side.end_work(rec.id, rec.cuda, work, rec.t0, nbytes)
+            return
         key = (rec.backend, rec.op)
-        mode = self._track_mode.get(key)
-        if mode is None:
-            mode = "poll" if rec.cuda else "future"
+        mode = self._track_mode.get(key, "future")
         if mode == "future":
             try:
                 fut = work.get_future()
             except RuntimeError:
                 # gloo p2p: "Work::getFuture not implemented"
                 self._track_mode[key] = "waiter"
-                mode = "waiter"
             else:
                 self._track_mode[key] = "future"
                 self.track_future(rec, fut, nbytes)
                 return
-        if mode == "waiter":
-            self.waiters.track(rec.id, work)
-            return
-        self._track_mode[key] = "poll"
-        sender = self.sender
-        if sender is not None:
-            sender.add_poll(rec.id, lambda w=work: (w.is_completed(), ""), nbytes)
+        self.waiters.track(rec.id, work)
 
     def track_future(self, rec: Rec, fut, nbytes: int = -1) -> None:
         """A torch Future: on CPU its callback is the completion. A CUDA future's
-        callback runs once the work is enqueued, so there an event is recorded on
-        the callback's stream and polled."""
+        callback runs once the work is enqueued, on a stream that waits for it: see
+        probe/cuda.py."""
+        if rec.cuda:
+            self.cuda_side.end_future(rec.id, rec.cuda, fut, time.monotonic_ns() - rec.t0, nbytes)
+            return
         op_id, push = rec.id, self.push
 
         def done(f):
@@ -427,23 +459,6 @@ class Probe:
                 f.value()
             except Exception as exc:
                 err = f"{type(exc).__name__}: {exc}"[:500]
-            if rec.cuda and not err:
-                try:
-                    self._track_cuda(rec, nbytes)
-                    return
-                except Exception as exc:
-                    self.health.internal("cuda completion", exc)
             push(end_record(op_id, t, err, nbytes))
 
         fut.add_done_callback(done)
-
-    def _track_cuda(self, rec: Rec, nbytes: int) -> None:
-        """Sync op on a CUDA tensor: the host clock only saw the enqueue. Record an
-        event on the current stream and let the sender thread query it."""
-        import torch
-
-        ev = torch.cuda.Event()
-        ev.record()
-        sender = self.sender
-        if sender is not None:
-            sender.add_poll(rec.id, lambda e=ev: (e.query(), ""), nbytes)

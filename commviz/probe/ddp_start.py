@@ -38,7 +38,7 @@ def _start_broadcast(probe, args, kwargs):
     root = g.ranks[src] if g is not None and 0 <= src < len(g.ranks) else -1
     t = tensors[0]
     return calls.begin(probe, "_broadcast_coalesced", pg, sum(x.nbytes for x in tensors), dtype_name(t.dtype),
-                       [len(tensors)], t.is_cuda, root=root)
+                       [len(tensors)], t, root=root)
 
 
 def _start_verify(probe, args, kwargs):
@@ -51,4 +51,4 @@ def _start_verify(probe, args, kwargs):
     n = g.size if g is not None else 1
     per_rank = 8 * sum(2 * p.dim() for p in params)
     return calls.begin(probe, "_verify_params_across_processes", pg, per_rank * n, "int64", [per_rank // 8 * n],
-                       params[0].is_cuda)
+                       params[0])

@@ -111,7 +111,8 @@ def _starter(probe, funcol, name: str, rule: str, params: list[str]):
         if spec is not None and spec.root_arg:  # broadcast: src is a rank of the group
             src = int(args[1] if len(args) > 1 else kwargs.get("src", -1))
             root = g.ranks[src] if 0 <= src < g.size else -1
-        return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), t.is_cuda, root=root,
+        # No tensor for the CUDA side: the op ends at wait_tensor (host time), not on a Work.
+        return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root,
                            is_async=True, reduce_op=str(reduce_op).upper() if reduce_op else "")
 
     return start

@@ -109,27 +109,28 @@ class ArgMap:
         return -1 if s.kind == opcat.P2P else (g.ranks[0] if g.ranks else -1)
 
     def payload(self, args, kwargs, n: int):
-        """(bytes, dtype, shape, on_cuda) by the op's bytes rule."""
+        """(bytes, dtype, shape, the tensor if it is a CUDA one else None) by the op's
+        bytes rule."""
         rule = self.spec.bytes_rule
         if rule in (opcat.NONE, opcat.INNER):
-            return 0, "", [], False
+            return 0, "", [], None
         x = self.get(args, kwargs, self.spec.bytes_arg)
         if rule == opcat.TENSOR_LIST or rule == opcat.TENSOR_LIST_TIMES_N:
             # len(), not truth: `not x` on a one-tensor list asks the tensor for its
             # truth value, which on a GPU synchronizes the device.
             if x is None or len(x) == 0:
-                return 0, "", [], False
+                return 0, "", [], None
             t = x[0]
             nbytes = sum(e.nbytes for e in x)
             if rule == opcat.TENSOR_LIST_TIMES_N:
                 nbytes *= n
-            return nbytes, dtype_name(t.dtype), [len(x), *t.shape], t.is_cuda
+            return nbytes, dtype_name(t.dtype), [len(x), *t.shape], t if t.is_cuda else None
         if x is None:
-            return 0, "", [], False
+            return 0, "", [], None
         nbytes = x.nbytes
         if rule == opcat.TENSOR_TIMES_N:
             nbytes *= n
-        return nbytes, dtype_name(x.dtype), list(x.shape), x.is_cuda
+        return nbytes, dtype_name(x.dtype), list(x.shape), x if x.is_cuda else None
 
 
 NOWHERE = 1 << 30  # a position no call reaches: `len(args) > NOWHERE` is never true
@@ -274,7 +275,10 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     dt = x.dtype
                     start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
                              x.shape, peer, -1, is_async, red)
-                    on_cuda = cuda._initialized and x.is_cuda  # none before torch.cuda initialises
+                    # No CUDA tensor exists before torch.cuda initialises: a CPU job never
+                    # pays for the attribute read. A CUDA op gets its device, capture state
+                    # and start event here, on the caller's thread (probe/cuda.py).
+                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)
                 if len(q) < cap:
                     append(start)
                 else:
@@ -440,6 +444,10 @@ def _wrap_coalescing(orig, probe):
             for r in recs:
                 if works:
                     probe.track(r, works[-1])
+                elif r.cuda:
+                    # blocking: torch's work.wait() made the current stream wait for
+                    # the batch, so the end is on the device, not now
+                    probe.cuda_side.end_sync(r.id, r.cuda, r.t0)
                 else:
                     probe.end_now(r)
         except Exception as exc:
@@ -536,6 +544,7 @@ def install(addr: str | None = None, trace_dir: str | None = None):
         # init_process_group, before any DDP model can exist.
         probe.late_patches.append(lambda: ddp.install(probe, _patched))
         probe.late_patches.append(lambda: _install_more(probe))
+        probe.late_patches.append(lambda: probe.cuda_side.patch_graphs(_patched))
         _probe = probe
         if dist.is_available() and dist.is_initialized():
             probe.ensure_started()

@@ -1,6 +1,8 @@
-"""The probe's background thread: turns queued records into events, batches them
-to the watcher and the per-rank trace file, and polls completions that have no
-callback. The training thread only appends to a deque; all I/O happens here."""
+"""The probe's flushing thread: turns queued records into events, batches them to
+the watcher and the per-rank trace file, and captures the stacks of long ops. The
+training thread only appends to a deque; all I/O happens here. CUDA completions are
+polled on their own thread (probe/cuda.py) and NVML sampled on another
+(samplers.SamplerThread): a stalled event query or a 40 ms NVML call delays no flush."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import os
 import threading
 import time
 
-from commviz.events import E_ID, END, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, BASE_SCHEMA, Counters, Goodbye, GroupDef, Hello, Sample, encode_batch, end_record
+from commviz.events import BASE_SCHEMA, E_ID, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters, Goodbye, GroupDef, Hello, encode_batch
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
@@ -29,7 +31,7 @@ EXIT_GRACE_S = 0.25  # at exit, wait at most this long for ops still completing
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
-                 stack_after_s: float = 3.0, on_long_op=None, sampler=None) -> None:
+                 stack_after_s: float = 3.0, on_long_op=None) -> None:
         self.rank = rank
         self.schema = BASE_SCHEMA  # raised by the first Audit (probe/audit.py)
         self.hello = hello
@@ -38,8 +40,6 @@ class Sender:
         self.flush_interval_s = flush_interval_s
         self.groups: list[GroupDef] = []
         self.inflight: dict[int, tuple] = {}  # op id -> its start record
-        self.polls: list = []  # (op_id, poll_fn, nbytes) for completions nobody calls back about
-        self._polls_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.connected = False
@@ -63,8 +63,6 @@ class Sender:
         # Ops in flight longer than this get their caller's stack captured, once.
         self.stack_after_ns = int(stack_after_s * 1e9)
         self.on_long_op = on_long_op  # (op_id) -> Stack | None
-        self.sampler = sampler  # HostSampler on local rank 0, else None
-        self.end_sink = queue.append  # the probe points this at its push (crash ring too)
         self._stacked: set[int] = set()
         self._next_stack_check = 0.0
 
@@ -83,28 +81,14 @@ class Sender:
     def start(self) -> None:
         self.thread.start()
 
-    def add_poll(self, op_id: int, poll, nbytes: int = -1) -> None:
-        with self._polls_lock:
-            self.polls.append((op_id, poll, nbytes))
-        self._wake.set()
-
     # ----------------------------------------------------------------- thread
 
     def _run(self) -> None:
-        poll_sleep = 5e-5
         next_flush = time.monotonic() + self.flush_interval_s
         while not self._stop.is_set():
             try:
-                if self.polls:
-                    self._poll()
-                    # Back off while the same ops stay pending: fine resolution for
-                    # short ops, little CPU for long ones.
-                    time.sleep(poll_sleep)
-                    poll_sleep = min(poll_sleep * 1.5, 2e-3)
-                else:
-                    poll_sleep = 5e-5
-                    self._wake.wait(max(0.0, next_flush - time.monotonic()))
-                    self._wake.clear()
+                self._wake.wait(max(0.0, next_flush - time.monotonic()))
+                self._wake.clear()
                 now = time.monotonic()
                 if now >= next_flush:
                     self.flush()
@@ -112,19 +96,9 @@ class Sender:
                 if now >= self._next_stack_check:
                     self._next_stack_check = now + 0.25
                     self._capture_long_ops()
-                if self.sampler is not None:
-                    self._sample()
             except Exception as exc:  # never let the thread die
                 self.health.internal("sender", exc)
                 time.sleep(self.flush_interval_s)
-
-    def _sample(self) -> None:
-        """Host/GPU figures (local rank 0 only), on this thread, never the caller's."""
-        t = time.monotonic_ns()
-        if self.sampler.due(t):
-            values = self.sampler.sample(t)
-            if values:
-                self.queue.append(Sample(t, values))
 
     def _capture_long_ops(self) -> None:
         """Stacks for ops stuck longer than the threshold: what a hang diagnosis
@@ -140,23 +114,6 @@ class Sender:
                 if stack is not None:
                     self.queue.append(stack)
         self._stacked &= set(self.inflight)
-
-    def _poll(self) -> None:
-        with self._polls_lock:
-            polls, self.polls = self.polls, []
-        keep = []
-        for op_id, poll, nbytes in polls:
-            try:
-                done, error = poll()
-            except Exception as exc:
-                done, error = True, f"{type(exc).__name__}: {exc}"
-            if done:
-                self.end_sink(end_record(op_id, time.monotonic_ns(), error, nbytes))
-            else:
-                keep.append((op_id, poll, nbytes))
-        if keep:
-            with self._polls_lock:
-                self.polls = keep + self.polls
 
     def _drain(self) -> list:
         q = self.queue
@@ -270,8 +227,6 @@ class Sender:
         # GIL, a waiter thread) get a moment to land, so the last op is not lost.
         end = time.monotonic() + EXIT_GRACE_S
         while True:
-            if self.polls:
-                self._poll()
             self._carry.extend(self._drain())
             if not self.inflight or time.monotonic() >= end:
                 break
@@ -279,8 +234,6 @@ class Sender:
         try:
             self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_untraced, reason)])
         finally:
-            if self.sampler is not None:
-                self.sampler.close()
             if self.trace is not None:
                 self.trace.close()
             if self.client is not None:

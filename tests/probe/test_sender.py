@@ -1,6 +1,6 @@
 """The sender thread's delivery rules, with a fake client: nothing is lost while a
-watcher is late, reconnecting watchers are told who we are, overflow is counted,
-and CUDA-style completions are polled, never waited on."""
+watcher is late, reconnecting watchers are told who we are, overflow is counted.
+CUDA completions are polled on their own thread: tests/probe/test_cuda.py."""
 
 import collections
 
@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from commviz.events import Goodbye, GroupDef, Hello, OpStart, decode_batch
 from commviz.probe import sender as sender_mod
 from commviz.probe.health import Health
-from commviz.probe.sender import END, START, Sender
+from commviz.events import END, START
+from commviz.probe.sender import Sender
 from tests.helpers import hello
 
 
@@ -186,31 +187,6 @@ def test_goodbye_counts_what_reached_neither_a_watcher_nor_a_trace():
     assert s.client.frames == []
     byes = [e for e in emitted if isinstance(e, Goodbye)]
     assert len(byes) == 1 and byes[0].dropped == len(emitted)  # every event, the goodbye too
-
-
-def test_polled_completion_is_stamped_when_the_event_reports_done():
-    s, q = make_sender()
-    state = {"done": False}
-    s.add_poll(9, lambda: (state["done"], ""), nbytes=123)
-    s._poll()
-    assert not q
-    state["done"] = True
-    s._poll()
-    [(kind, op_id, t, err, nbytes, peer)] = q
-    assert (kind, op_id, err, nbytes) == (END, 9, "", 123)
-    assert s.polls == []
-
-
-def test_a_poll_that_raises_ends_the_op_with_the_error():
-    s, q = make_sender()
-
-    def broken():
-        raise RuntimeError("CUDA error: an illegal memory access")
-
-    s.add_poll(4, broken)
-    s._poll()
-    [(kind, op_id, t, err, nbytes, peer)] = q
-    assert op_id == 4 and "illegal memory access" in err
 
 
 def test_unwritable_trace_dir_warns_once_and_goes_on(tmp_path, capsys):

@@ -1,0 +1,340 @@
+"""CUDA ops, from the caller's thread to the probe's CUDA polling thread.
+
+What torch and the CUDA runtime do, and why this module is shaped by it:
+- A thread starts with device 0 current. A CUDA call on a thread with no context
+  (`cudaEventQuery` does not guard its device; PyTorch's NCCL watchdog does) opens
+  one on GPU 0: ~500 MiB per rank on the wrong GPU. The polling thread sets the
+  device of every event and Work before it touches them (`torch.cuda.set_device`,
+  once per change of device on that thread).
+- An event recorded on a stream that is being captured into a CUDA graph is not a
+  point in time: it runs at every replay, and querying it fails
+  (`cudaErrorCapturedEvent`). An op on a capturing stream gets no event and is
+  reported as captured. A query landing while another thread captures in the
+  default "global" mode invalidates that capture (PyTorch #104555; torch has no
+  Python call for the thread-local capture mode its watchdog uses), so the poller
+  holds off while any capture begun through `torch.cuda.CUDAGraph` is open.
+- Device time comes from two timing events on the tensor's device's current stream,
+  one before the op and one after it (a sync NCCL op makes that stream wait for the
+  NCCL stream; an async op's future callback runs on a stream that waits for it),
+  read with `elapsed_time` on the polling thread. The host time to enqueue is kept
+  apart from it.
+- `Work.is_completed()` is also true when the op failed: `Work.exception()` says so.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+from commviz.events import end_record
+
+class CudaCall:
+    """What the caller's thread learnt about a CUDA op before it ran (truthy)."""
+
+    __slots__ = ("dev", "start", "captured")
+
+    def __init__(self, dev: int, start, captured: bool = False) -> None:
+        self.dev = dev
+        self.start = start  # timing event recorded before the op, or None
+        self.captured = captured
+
+
+class Pending:
+    __slots__ = ("op_id", "dev", "start", "end", "work", "nbytes", "enqueue_ns")
+
+    def __init__(self, op_id, dev, start, end, work, nbytes, enqueue_ns) -> None:
+        self.op_id = op_id
+        self.dev = dev
+        self.start = start
+        self.end = end
+        self.work = work
+        self.nbytes = nbytes
+        self.enqueue_ns = enqueue_ns
+
+
+class Backoff:
+    """Poll sleep: fine resolution for short ops, little CPU for long ones, and back
+    to fine as soon as new work arrives (a long op must not slow the next one)."""
+
+    def __init__(self, lo: float = 5e-5, hi: float = 2e-3, factor: float = 1.5) -> None:
+        self.lo, self.hi, self.factor = lo, hi, factor
+        self.current = lo
+
+    def next(self) -> float:
+        s = self.current
+        self.current = min(s * self.factor, self.hi)
+        return s
+
+    def reset(self) -> None:
+        self.current = self.lo
+
+
+def error_text(exc) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def work_error(work) -> str:
+    """The failure a completed Work carries, "" when it succeeded."""
+    try:
+        exc = work.exception()
+    except Exception as raised:  # some bindings raise the stored exception
+        return error_text(raised)
+    return error_text(exc) if exc is not None else ""
+
+
+class CudaSide:
+    """The probe's CUDA side: `begin`/`end_*` on the caller's thread, a poller thread
+    for completions. ``cuda`` is `torch.cuda` (a fake in tests)."""
+
+    def __init__(self, cuda, push, health, on_device=None) -> None:
+        self.cuda = cuda
+        self.push = push
+        self.health = health
+        self.on_device = on_device  # (index) -> None, once per device this rank uses
+        self.devices: set[int] = set()
+        self.captures = 0  # CUDA graph captures open in this process
+        self.capture_lock = threading.Lock()  # a capture never begins mid-query
+        self.poller: CudaPoller | None = None
+        self._poller_lock = threading.Lock()
+
+    # ------------------------------------------------------------ caller's thread
+
+    def begin(self, x) -> CudaCall:
+        """Before a CUDA op: its device, whether its stream is capturing, and a timing
+        event on the tensor's device's current stream. Never raises."""
+        try:
+            dev = x.get_device()
+            if dev not in self.devices:
+                self._new_device(dev)
+            cuda = self.cuda
+            if self._capturing(dev):
+                return CudaCall(dev, None, True)
+            ev = cuda.Event(enable_timing=True)
+            ev.record(cuda.current_stream(dev))  # torch guards the stream's device
+            return CudaCall(dev, ev)
+        except Exception as exc:
+            self.health.internal("cuda begin", exc)
+            return CudaCall(-1, None)
+
+    def _capturing(self, dev: int) -> bool:
+        cuda = self.cuda
+        if cuda.current_device() == dev:
+            return cuda.is_current_stream_capturing()
+        with cuda.device(dev):
+            return cuda.is_current_stream_capturing()
+
+    def _new_device(self, dev: int) -> None:
+        self.devices.add(dev)
+        if self.on_device is not None:
+            try:
+                self.on_device(dev)
+            except Exception as exc:
+                self.health.internal("device info", exc)
+
+    def end_sync(self, op_id: int, call: CudaCall, t0: int, nbytes: int = -1) -> None:
+        """After a blocking op: the current stream now waits for it, so an event
+        recorded there completes when the op has."""
+        enqueue_ns = time.monotonic_ns() - t0
+        if call.captured:
+            self._captured(op_id, nbytes, enqueue_ns)
+            return
+        if call.dev < 0:
+            self.push(end_record(op_id, time.monotonic_ns(), "", nbytes))
+            return
+        end = None
+        if call.start is not None:
+            end = self.cuda.Event(enable_timing=True)
+            end.record(self.cuda.current_stream(call.dev))
+        self.poll(Pending(op_id, call.dev, call.start, end, None, nbytes, enqueue_ns))
+
+    def end_work(self, op_id: int, call: CudaCall, work, t0: int, nbytes: int = -1) -> None:
+        """After an async op: its future's callback runs on a stream that waits for the
+        op (torch's Future::invokeCallback); the end event goes there. Without a
+        future, completion is polled on the Work alone (no device time)."""
+        enqueue_ns = time.monotonic_ns() - t0
+        if call.captured:
+            self._captured(op_id, nbytes, enqueue_ns)
+            return
+        try:
+            fut = work.get_future()
+        except Exception:
+            fut = None
+        if fut is None or call.start is None:
+            self.poll(Pending(op_id, call.dev, None, None, work, nbytes, enqueue_ns))
+            return
+        self.end_future(op_id, call, fut, enqueue_ns, nbytes, work)
+
+    def end_future(self, op_id: int, call: CudaCall, fut, enqueue_ns: int, nbytes: int = -1, work=None) -> None:
+        if call.captured:
+            self._captured(op_id, nbytes, enqueue_ns)
+            return
+
+        def done(f) -> None:
+            try:
+                f.value()
+            except Exception as exc:
+                self.push(end_record(op_id, time.monotonic_ns(), error_text(exc), nbytes))
+                return
+            try:
+                end = self.cuda.Event(enable_timing=True)
+                end.record(self.cuda.current_stream(call.dev))
+            except Exception as exc:
+                self.health.internal("cuda completion", exc)
+                end = None
+            self.poll(Pending(op_id, call.dev, call.start if end is not None else None, end, work, nbytes,
+                              enqueue_ns))
+
+        fut.add_done_callback(done)
+
+    def _captured(self, op_id: int, nbytes: int, enqueue_ns: int) -> None:
+        # Nothing ran: the op is in a CUDA graph and runs at each replay. Its end
+        # says so, and no event was recorded that could fail later.
+        self.push(end_record(op_id, time.monotonic_ns(), "", nbytes, -1, -1, enqueue_ns, True))
+
+    def poll(self, p: Pending) -> None:
+        poller = self.poller
+        if poller is None:
+            with self._poller_lock:
+                if self.poller is None:
+                    self.poller = CudaPoller(self)
+                    self.poller.start()
+                poller = self.poller
+        poller.add(p)
+
+    def stop(self, grace_s: float) -> None:
+        with self._poller_lock:
+            poller, self.poller = self.poller, None
+        if poller is not None:
+            poller.stop(grace_s)
+
+    # ------------------------------------------------------------- graph capture
+
+    def patch_graphs(self, patched: list) -> None:
+        """Count captures open in this process: `torch.cuda.graph` and torch.compile's
+        CUDA graphs both go through `CUDAGraph.capture_begin` / `capture_end`."""
+        G = getattr(self.cuda, "CUDAGraph", None)
+        if G is None or getattr(G.capture_begin, "_commviz_original", None) is not None:
+            return
+        begin, end = G.capture_begin, G.capture_end
+        side = self
+
+        @functools.wraps(begin)
+        def capture_begin(graph, *args, **kwargs):
+            with side.capture_lock:  # waits for at most one event query in flight
+                side.captures += 1
+            try:
+                return begin(graph, *args, **kwargs)
+            except BaseException:
+                side.captures -= 1
+                raise
+
+        @functools.wraps(end)
+        def capture_end(graph, *args, **kwargs):
+            try:
+                return end(graph, *args, **kwargs)
+            finally:
+                side.captures = max(0, side.captures - 1)
+                if side.poller is not None:
+                    side.poller.wake()
+
+        capture_begin._commviz_original = begin
+        capture_end._commviz_original = end
+        G.capture_begin, G.capture_end = capture_begin, capture_end
+        patched.append((G, "capture_begin", begin, capture_begin))
+        patched.append((G, "capture_end", end, capture_end))
+
+
+class CudaPoller:
+    """The one thread that asks CUDA whether ops are done. Nothing else runs here:
+    a `cudaEventQuery` that stalls (an NCCL hang, another thread holding the
+    context lock) delays no flush, no stack capture and no NVML sample."""
+
+    def __init__(self, side: CudaSide) -> None:
+        self.side = side
+        self.pending: list[Pending] = []
+        self.backoff = Backoff()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop_at: float | None = None
+        self._dev: int | None = None  # the device this thread has set
+        self.thread = threading.Thread(target=self._run, name="commviz-cuda", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def add(self, p: Pending) -> None:
+        with self._lock:
+            self.pending.append(p)
+            self.backoff.reset()
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self, grace_s: float) -> None:
+        """Let ops still completing land for up to `grace_s`, then end the thread."""
+        self._stop_at = time.monotonic() + grace_s
+        self._wake.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(grace_s + 0.5)
+
+    def _run(self) -> None:
+        side = self.side
+        while True:
+            stopping = self._stop_at is not None
+            if stopping and (not self.pending or time.monotonic() >= self._stop_at):
+                return
+            if not self.pending:
+                self._wake.wait(0.1)
+                self._wake.clear()
+                continue
+            try:
+                if side.captures == 0:
+                    with side.capture_lock:
+                        if side.captures == 0:
+                            self.poll_once()
+            except Exception as exc:  # never let the thread die
+                side.health.internal("cuda poll", exc)
+            self._wake.wait(self.backoff.next())
+            self._wake.clear()
+
+    def _use(self, dev: int) -> None:
+        if self._dev != dev:
+            self.side.cuda.set_device(dev)
+            self._dev = dev
+
+    def poll_once(self) -> None:
+        with self._lock:
+            pending, self.pending = self.pending, []
+        keep = []
+        for p in pending:
+            try:
+                if not self._check(p):
+                    keep.append(p)
+            except Exception as exc:  # e.g. an illegal address surfacing at the query
+                self.side.push(end_record(p.op_id, time.monotonic_ns(), error_text(exc), p.nbytes, -1, -1,
+                                          p.enqueue_ns))
+        if keep:
+            with self._lock:
+                self.pending = keep + self.pending
+
+    def _check(self, p: Pending) -> bool:
+        """True (and the end pushed) once `p` is done."""
+        self._use(p.dev)
+        err = ""
+        if p.work is not None:
+            if not p.work.is_completed():
+                return False
+            err = work_error(p.work)
+        if not err and p.end is not None and not p.end.query():
+            return False
+        t = time.monotonic_ns()
+        device_ns = -1
+        if not err and p.start is not None and p.end is not None:
+            try:
+                device_ns = int(p.start.elapsed_time(p.end) * 1e6)  # ms → ns
+            except Exception as exc:  # the op is done; only its device time is not known
+                self.side.health.internal("cuda elapsed_time", exc)
+        self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns))
+        return True

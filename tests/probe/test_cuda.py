@@ -1,0 +1,376 @@
+"""The NCCL path before it meets a GPU (issue 17), one test per fault, against a fake
+`torch.cuda` (tests/probe/fake_cuda.py) that fails any CUDA call made on a thread
+whose current device is not the one the call is about.
+
+The probe is the real one, installed on torch's `fake` process group; the wrapped
+ops are fakes with the signature of torch's, so the probe wraps them exactly as it
+wraps torch's and they can return the Work a real NCCL op would."""
+
+import functools
+import os
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.distributed_c10d as c10d  # noqa: E402
+
+from commviz import ops as opcat  # noqa: E402
+from commviz.events import Hello, OpEnd, OpStart  # noqa: E402
+from commviz.trace.file import load  # noqa: E402
+from tests.probe.fake_cuda import FakeCuda, FakeTensor, FakeWork, Props, Stream  # noqa: E402
+
+WORLD = 4
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from commviz.probe.patch import install
+
+    d = tmp_path_factory.mktemp("trace")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
+    mp.setenv("COMMVIZ_SAMPLES", "0")
+    p = install(trace_dir=str(d))  # the one already installed, if another module did
+    assert p is not None and p.cfg.trace_dir
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+    p.trace_path = os.path.join(p.cfg.trace_dir, "rank-0.cvz")
+    yield p
+    p.shutdown()
+    dist.destroy_process_group()
+    mp.undo()
+
+
+@pytest.fixture
+def fc(monkeypatch):
+    """torch.cuda, as the probe sees it, is the fake: 4 GPUs, this thread on GPU 0."""
+    fc = FakeCuda(4)
+    for name in ("Event", "current_stream", "current_device", "set_device", "device", "stream",
+                 "is_current_stream_capturing", "get_device_properties", "is_available"):
+        monkeypatch.setattr(torch.cuda, name, getattr(fc, name))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: pytest.fail("the probe synchronized the device"))
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    base = torch.cuda.CUDAGraph.__mro__[1]  # the C++ class (a dummy in this CPU wheel)
+    monkeypatch.setattr(base, "__new__", lambda cls, keep_graph=False: object.__new__(cls))
+    monkeypatch.setattr(base, "__init__", lambda self, *a, **k: None)
+    monkeypatch.setattr(base, "capture_begin", lambda self, pool=None, capture_error_mode="global":
+                        fc.graph_begin(self, pool, capture_error_mode), raising=False)
+    monkeypatch.setattr(base, "capture_end", lambda self: fc.graph_end(self), raising=False)
+    return fc
+
+
+def fake_op(probe, name, result=None, during=None):
+    """torch's `name`, wrapped by the probe, doing nothing but `during(tensor)` and
+    returning `result()` (a Work for async calls)."""
+    from commviz.probe.patch import _wrap
+
+    real = getattr(c10d, name)
+    real = getattr(real, "_commviz_original", real)
+
+    @functools.wraps(real)
+    def op(*args, **kwargs):
+        if during is not None:
+            during(args[0] if args else next(iter(kwargs.values())))
+        return result() if result is not None else None
+
+    return _wrap(op, opcat.CATALOGUE[name], probe)
+
+
+def recorded(probe, fn):
+    """Run fn with the probe writing a fresh trace; the trace's events after it."""
+    probe.shutdown()
+    fn()
+    probe.shutdown()  # ops still completing get the probe's exit grace to land
+    return [e for b in load(probe.trace_path).batches for e in b.events]
+
+
+def ops_of(probe, fn):
+    evs = recorded(probe, fn)
+    ends = {e.id: e for e in evs if isinstance(e, OpEnd)}
+    return [(s, ends.get(s.id)) for s in evs if isinstance(s, OpStart)]
+
+
+# 1 -------------------------------------------------------------------------------
+
+
+def test_1_no_cuda_call_on_a_probe_thread_without_the_events_device_set(probe, fc):
+    """The user's thread is on GPU 2; the probe's threads start on GPU 0. Every query
+    of an event or a Work on GPU 2 must happen with GPU 2 set on the querying thread."""
+    x = FakeTensor(2)
+    work = FakeWork(fc, 2)
+
+    def job():
+        fc.set_device(2)
+        fake_op(probe, "all_reduce")(x)
+        fake_op(probe, "all_reduce", result=lambda: work)(x, async_op=True)
+        fc.default[2].run(5.0)
+        work.finish(9.0)
+
+    got = ops_of(probe, job)
+    assert fc.violations == []
+    assert [(s.op, e is not None and e.error) for s, e in got] == [("all_reduce", ""), ("all_reduce", "")]
+
+
+# 2 -------------------------------------------------------------------------------
+
+
+def test_2_an_op_on_a_capturing_stream_is_reported_captured_and_records_no_event(probe, fc):
+    x = FakeTensor(0)
+
+    def job():
+        g = torch.cuda.CUDAGraph()
+        with fc.stream(Stream(fc, 0)):
+            g.capture_begin(capture_error_mode="thread_local")
+            fake_op(probe, "all_reduce")(x)
+            g.capture_end()
+
+    [(s, e)] = ops_of(probe, job)
+    assert e is not None and e.error == "" and e.captured  # it runs at each replay, not now
+    assert e.device_ns == -1
+
+
+def test_2_no_query_lands_while_another_thread_captures_in_global_mode(probe, fc):
+    """PyTorch #104555: an event query from another thread during a global-mode
+    capture invalidates the capture."""
+    x = FakeTensor(0)
+    capturing, release = threading.Event(), threading.Event()
+
+    def capture():
+        with fc.stream(Stream(fc, 0)):
+            g = torch.cuda.CUDAGraph()
+            g.capture_begin()  # capture_error_mode="global", torch's default
+            capturing.set()
+            release.wait(5)
+            g.capture_end()
+
+    def job():
+        fake_op(probe, "all_reduce")(x)  # pending: its stream has not run
+        t = threading.Thread(target=capture)
+        t.start()
+        assert capturing.wait(5)
+        fc.default[0].run(3.0)  # done on the device: a poll now would see it
+        fc.seen_done.wait(0.3)  # …and would land inside the capture
+        release.set()
+        t.join(5)
+
+    [(s, e)] = ops_of(probe, job)
+    assert fc.invalidated == []
+    assert e is not None and e.error == ""  # polled once the capture ended
+
+
+# 3 -------------------------------------------------------------------------------
+
+
+def test_3_device_time_from_events_around_the_op_and_the_enqueue_time_apart(probe, fc):
+    x = FakeTensor(1)
+    seen = []
+
+    def during(t):
+        seen.append(len(fc.current_stream(1).recorded))  # the start event is already there
+        fc.current_stream(1).run(10.0)  # the work queued before the op ends at 10 ms
+
+    def job():
+        fc.set_device(1)
+        fake_op(probe, "all_reduce", during=during)(x)
+        fc.current_stream(1).run(35.0)  # the op ends on the device at 35 ms
+
+    [(s, e)] = ops_of(probe, job)
+    assert seen == [1]
+    assert e.error == "" and e.device_ns == 25_000_000
+    assert 0 <= e.enqueue_ns <= e.t - s.t and not e.captured
+
+
+def test_3_the_poll_backoff_starts_afresh_when_new_work_arrives(fc):
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    side = CudaSide(fc, lambda rec: None, Health())
+    poller = CudaPoller(side)  # not started: driven by hand
+    poller.add(Pending(1, 0, None, fc.Event(), None, -1, 0))
+    poller.pending[0].end.record(fc.default[0])  # never runs: a long op
+    fc.set_device(0)
+    for _ in range(30):
+        poller.poll_once()
+        poller.backoff.next()
+    assert poller.backoff.current == poller.backoff.hi
+    poller.add(Pending(2, 0, None, None, None, -1, 0))
+    assert poller.backoff.current == poller.backoff.lo
+
+
+def test_a_query_that_raises_ends_the_op_with_the_error(fc):
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health())
+    poller = CudaPoller(side)
+
+    class Broken:
+        def query(self):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    poller.add(Pending(4, 0, None, Broken(), None, 64, 10))
+    poller.poll_once()
+    [(kind, op_id, t, err, nbytes, peer, device_ns, enqueue_ns)] = ends
+    assert op_id == 4 and "illegal memory access" in err and nbytes == 64 and poller.pending == []
+
+
+# 4 -------------------------------------------------------------------------------
+
+
+def test_4_the_rank_names_the_gpu_of_its_tensors_not_the_current_device(probe, fc):
+    """A script that never calls set_device (model.to(rank)): the current device is
+    0, the tensors are on GPU 3."""
+
+    def job():
+        fake_op(probe, "all_reduce")(FakeTensor(3))
+        fc.default[3].run(1.0)
+
+    hellos = [e for e in recorded(probe, job) if isinstance(e, Hello)]
+    assert hellos[-1].device == "cuda:3"
+    assert hellos[-1].cuda_uuid == f"GPU-{Props(3).uuid}" and hellos[-1].pci_bus_id == "0000:1b:00.0"
+
+
+@pytest.mark.parametrize("backend", ["undefined", "cpu:gloo,cuda:nccl", "nccl"])
+def test_4_a_backend_that_may_use_cuda_does_not_say_cpu_or_guess_a_gpu(probe, fc, backend):
+    fc.set_device(0)
+    assert probe._hello(0, WORLD, backend).device == "cuda"  # which one: from its first tensor
+
+
+# 5 -------------------------------------------------------------------------------
+
+
+def test_5_events_go_on_the_tensors_devices_current_stream(probe, fc):
+    x = FakeTensor(1)
+    side_stream = Stream(fc, 1)
+
+    def job():
+        fc.set_device(0)  # the current device is not the tensor's
+        with fc.stream(side_stream):  # and the user runs GPU 1's work on a side stream
+            fake_op(probe, "all_reduce")(x)
+            assert len(side_stream.recorded) == 2  # before and after the op
+        side_stream.run(4.0)
+
+    [(s, e)] = ops_of(probe, job)
+    assert e is not None and e.error == "" and e.device_ns == 0
+
+
+# 6 -------------------------------------------------------------------------------
+
+
+def test_6_a_gloo_isend_seen_first_does_not_send_a_cuda_isend_through_the_waiter(probe, fc):
+    """The waiter's helper thread calls the C++ wait(): on NCCL work that makes the
+    helper's stream wait, not the user's."""
+
+    class GlooP2PWork(FakeWork):
+        def get_future(self):
+            raise RuntimeError("Work::getFuture not implemented")
+
+        def is_completed(self):
+            return True
+
+    cpu = torch.ones(4)
+    nccl_work = FakeWork(fc, 0)
+
+    def job():
+        fake_op(probe, "isend", result=lambda: GlooP2PWork(fc, 0))(cpu, 1)
+        fake_op(probe, "isend", result=lambda: nccl_work)(FakeTensor(0), 1)
+        fc.default[0].run(1.0)  # NCCL's stream waited for the user's before the send
+        nccl_work.finish(2.0)
+
+    got = ops_of(probe, job)
+    assert nccl_work.waited_on == []
+    assert got[1][1] is not None and got[1][1].error == "" and got[1][1].device_ns == 1_000_000
+
+
+# 7 -------------------------------------------------------------------------------
+
+
+def test_7_a_work_that_completes_with_an_exception_is_a_failed_op(probe, fc):
+    work = FakeWork(fc, 0)
+
+    def job():
+        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
+        work.finish(1.0, RuntimeError("NCCL error: remote process exited or there was a network error"))
+
+    [(s, e)] = ops_of(probe, job)
+    assert e is not None and "remote process exited" in e.error
+
+
+def test_7_a_blocking_coalesced_cuda_batch_ends_on_the_device_not_at_host_time(probe, fc):
+    import contextlib
+
+    from commviz.probe.patch import _wrap_coalescing
+
+    @contextlib.contextmanager
+    def coalescing(group=None, device=None, async_ops=False):
+        yield type("CM", (), {"works": []})()  # blocking: torch waited, kept no work
+
+    manager = _wrap_coalescing(coalescing, probe)
+    x = FakeTensor(0)
+    t_run = []
+
+    def job():
+        all_reduce = fake_op(probe, "all_reduce")
+        with manager(async_ops=False):
+            all_reduce(x)
+            all_reduce(x)
+        t_run.append(time.monotonic_ns())
+        fc.default[0].run(8.0)
+
+    got = ops_of(probe, job)
+    assert len(got) == 2
+    assert all(e is not None and e.error == "" and e.t >= t_run[0] and e.device_ns >= 0 for _, e in got)
+
+
+# 8 -------------------------------------------------------------------------------
+
+
+def test_8_a_blocked_nvml_sample_delays_no_cuda_completion(probe, fc, monkeypatch):
+    """NVML's PCIe fallback blocks 20-40 ms a call (and longer on a sick GPU): the
+    CUDA polling must not wait behind it."""
+    from commviz.probe import samplers
+
+    entered, release = threading.Event(), threading.Event()
+
+    class StuckSampler:
+        interval_s = 0.01
+
+        def __init__(self, *a, **k):
+            pass
+
+        def due(self, t):
+            return True
+
+        def sample(self, t):
+            entered.set()
+            release.wait(5)
+            return {}
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(samplers, "HostSampler", StuckSampler)
+    monkeypatch.setenv("COMMVIZ_SAMPLES", "1")
+    monkeypatch.setattr(probe, "cfg", type(probe.cfg)(**{**probe.cfg.__dict__, "samples": True}))
+    t_release = []
+
+    def job():
+        all_reduce = fake_op(probe, "all_reduce")
+        all_reduce(torch.ones(1))  # starts the probe: the sampler is stuck from now on
+        assert entered.wait(5)
+        all_reduce(FakeTensor(0))
+        fc.default[0].run(1.0)
+        fc.seen_done.wait(3)
+        t_release.append(time.monotonic_ns())
+        release.set()
+
+    got = ops_of(probe, job)
+    e = got[-1][1]
+    assert e is not None and e.error == "" and e.t < t_release[0]
