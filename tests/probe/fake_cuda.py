@@ -63,6 +63,7 @@ class FakeCuda:
         self.queries = 0
         self.Event = _event_class(self)
         self.seen_done = threading.Event()  # a query answered "done"
+        self.queried = threading.Event()  # some thread asked about an event or a Work
 
     # -------------------------------------------------------- devices, streams
 
@@ -179,6 +180,7 @@ def _event_class(cuda: FakeCuda):
             return self.t_ms is not None
 
         def query(self) -> bool:
+            cuda.queried.set()
             cuda.need(self.device, "cudaEventQuery")
             cuda.query_landed()
             if self.captured:
@@ -263,6 +265,7 @@ class FakeWork(_work_base()):
         self.done = exc is None
 
     def is_completed(self) -> bool:
+        self.cuda.queried.set()
         self.cuda.need(self.dev, "WorkNCCL::isCompleted (cudaEventQuery)")
         self.cuda.query_landed()
         return self.done or self.exc is not None

@@ -109,6 +109,7 @@ def test_1_no_cuda_call_on_a_probe_thread_without_the_events_device_set(probe, f
         fc.set_device(2)
         fake_op(probe, "all_reduce")(x)
         fake_op(probe, "all_reduce", result=lambda: work)(x, async_op=True)
+        assert fc.queried.wait(5)  # the probe's thread asks while the ops are in flight
         fc.default[2].run(5.0)
         work.finish(9.0)
 
