@@ -12,12 +12,13 @@ hot path does not scan its batches), so the probe's ordinary frames stay readabl
 older watchers and only a frame with a new kind is refused (with the upgrade hint) by
 a reader older than it.
 
-Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job).
+Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job), `Audit` and
+`HostTopology`.
 """
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 
 import msgspec
 
@@ -219,10 +220,22 @@ class Audit(msgspec.Struct, tag="audit", array_like=True, omit_defaults=True):
     ops: list[BackendOp] = []
 
 
-Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped, Audit]
+class HostTopology(msgspec.Struct, tag="topology", array_like=True, omit_defaults=True):
+    """The GPU topology of the host a rank runs on (`host` as in its Hello), as
+    `commviz topo --json` prints it, sent once by each host's local rank 0 after it
+    has read NVML: the watcher maps each host's ranks against their own host's GPUs,
+    not against the machine it runs on."""
+
+    t: int
+    host: str
+    document: dict[str, Any] = {}
+
+
+Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped, Audit, HostTopology]
 BASE_SCHEMA = 1  # the version of every kind but those below
 STOPPED_SINCE = 2
 AUDIT_SINCE = 2
+HOST_TOPOLOGY_SINCE = 2
 
 
 class Batch(msgspec.Struct, array_like=True):

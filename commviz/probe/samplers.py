@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from commviz.events import Sample
+from commviz.events import HostTopology, Sample
 from commviz.topo.rates import RateTracker
 
 DEFAULT_INTERVAL_S = 0.25
@@ -273,10 +273,12 @@ class SamplerThread:
     """Runs a HostSampler on its own thread: NVML's PCIe fallback blocks 20-40 ms per
     call, which on the flushing or CUDA polling thread would hold back both."""
 
-    def __init__(self, sampler: HostSampler, queue, health) -> None:
+    def __init__(self, sampler: HostSampler, queue, health, host: str = "") -> None:
         self.sampler = sampler
         self.queue = queue
         self.health = health
+        self.host = host  # as the rank's Hello names it
+        self.topology_sent = False
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="commviz-sampler", daemon=True)
 
@@ -290,6 +292,10 @@ class SamplerThread:
                 t = time.monotonic_ns()
                 if s.due(t):
                     values = s.sample(t)
+                    if not self.topology_sent and s.topology is not None:
+                        # the watcher lays out this host's ranks on this host's GPUs
+                        self.topology_sent = True
+                        self.queue.append(HostTopology(t, self.host, s.topology.to_document()))
                     if values:
                         self.queue.append(Sample(t, values))
             except Exception as exc:  # sample() never raises; belt and braces

@@ -12,7 +12,8 @@ import os
 import threading
 import time
 
-from commviz.events import BASE_SCHEMA, E_ID, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters, Goodbye, GroupDef, Hello, encode_batch
+from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters,
+                             Goodbye, GroupDef, Hello, HostTopology, encode_batch)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
@@ -39,6 +40,7 @@ class Sender:
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.groups: list[GroupDef] = []
+        self.topology: HostTopology | None = None  # this host's, if this rank sent it
         self.inflight: dict[int, tuple] = {}  # op id -> its start record
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -140,6 +142,11 @@ class Sender:
                     inflight.pop(rec[E_ID], None)
             elif isinstance(rec, GroupDef):
                 self.groups.append(rec)
+            elif isinstance(rec, HostTopology):
+                # schema 2's kind, queued once by the sampler thread: this rank's frames
+                # say 2 from here on (as after an Audit), a resync's too
+                self.topology = rec
+                self.schema = max(self.schema, HOST_TOPOLOGY_SINCE)
         return out
 
     def _tensor_fields(self, x) -> tuple:
@@ -207,8 +214,11 @@ class Sender:
     def _send_backlog(self) -> None:
         if not self.connected:
             # A (re)connected watcher must learn who we are and what is in flight.
-            resync = [self.hello, *self.groups, *self.inflight.values()]
-            if not self.client.send(encode_batch(self.rank, resync)):
+            resync, schema = [self.hello, *self.groups, *self.inflight.values()], BASE_SCHEMA
+            if self.topology is not None:
+                resync.append(self.topology)
+                schema = HOST_TOPOLOGY_SINCE
+            if not self.client.send(encode_batch(self.rank, resync, schema)):
                 return
             self.connected = True
         while self.backlog:

@@ -221,3 +221,64 @@ def test_sampling_an_8_gpu_box_is_cheap():
         s.sample(k * 250 * MS)
     per_sample = (time.perf_counter() - t0) / 20
     assert per_sample < 0.02, f"{per_sample * 1e3:.1f} ms per sample"
+
+
+def test_the_sampler_thread_sends_this_hosts_topology_once_then_samples():
+    """Each host's local rank 0 tells the watcher its own GPUs (issue 17 item 8): the
+    watcher lays ranks out per host, not on its own machine's topology."""
+    import collections
+    import threading
+
+    from commviz.events import HostTopology, Sample
+    from commviz.probe.health import Health
+    from commviz.probe.samplers import SamplerThread
+    from commviz.topo.model import Topology
+
+    q = collections.deque()
+    sampled = threading.Event()
+
+    class Counted(HostSampler):
+        def sample(self, now_ns):
+            out = super().sample(now_ns)
+            if self._last_ns is not None and sum(isinstance(e, Sample) for e in q) >= 1:
+                sampled.set()
+            return out
+
+    s = SamplerThread(Counted(backend=FakeNvml(h100()), psutil_module=FakePsutil(), interval_s=0.001), q,
+                      Health(), host="node7")
+    s.start()
+    assert sampled.wait(5)
+    s.stop()
+    topos = [e for e in q if isinstance(e, HostTopology)]
+    assert len(topos) == 1 and topos[0].host == "node7"
+    assert len(Topology.from_document(topos[0].document).gpus) == 8
+    assert isinstance(q[0], HostTopology)  # before the first sample that needs it
+
+
+def test_a_reconnecting_watcher_gets_the_hosts_topology_again():
+    import collections
+
+    from commviz.events import HostTopology, decode_batch
+    from commviz.probe.health import Health
+    from commviz.probe.sender import Sender
+    from tests.helpers import hello
+
+    class Client:
+        def __init__(self):
+            self.frames = []
+
+        def send(self, payload):
+            self.frames.append(decode_batch(payload))
+            return True
+
+        def close(self):
+            pass
+
+    q = collections.deque([HostTopology(1, "h", {"host": "h", "source": "nvml", "gpus": []})])
+    s = Sender(0, hello(0), None, None, Health(), q)
+    s.client = Client()
+    s.flush()
+    s.connected = False  # the watcher went away and came back
+    s.flush()
+    resync = s.client.frames[-1].events
+    assert any(isinstance(e, HostTopology) and e.host == "h" for e in resync)
