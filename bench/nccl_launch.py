@@ -1,0 +1,68 @@
+"""Host time the probe adds to launching an NCCL all_reduce (issue 15 item 4): what the
+training thread pays per op on a GPU, the CUDA branch included (capture check, timing
+events on the tensor's stream). Run on one GPU, under torchrun, by bench/gpu_check.sh:
+
+    torchrun --standalone --nproc-per-node 1 bench/nccl_launch.py [--rounds 30] [--calls 200]
+
+Bare and instrumented launches are interleaved in rounds (noise hits both alike); the
+device is synchronized between blocks, never inside a timed one. The probe's own
+CUDA thread keeps polling during the instrumented blocks, as in a real job. The last
+line is the figure: the median over rounds of the added µs per launch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--numel", type=int, default=1 << 20)
+    args = ap.parse_args()
+    os.environ.setdefault("COMMVIZ_ADDR", f"ipc://{tempfile.mkdtemp()}/nobody.sock")  # no watcher: sends dropped
+    import torch
+    import torch.distributed as dist
+
+    import commviz
+    from commviz.probe.patch import suspended
+
+    commviz.instrument()
+    dist.init_process_group("nccl")
+    x = torch.ones(args.numel, device="cuda:0")
+
+    def block() -> float:
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        for _ in range(args.calls):
+            dist.all_reduce(x)
+        dt = (time.perf_counter_ns() - t0) / args.calls
+        torch.cuda.synchronize()
+        return dt
+
+    for _ in range(3):  # warm-up: NCCL communicator, probe start, caches
+        block()
+        with suspended():
+            block()
+    bare, added = [], []
+    for _ in range(args.rounds):
+        with suspended():
+            b = block()
+        p = block()
+        bare.append(b)
+        added.append(p - b)
+    q = statistics.quantiles(added, n=4)
+    print(f"bare NCCL all_reduce launch: {statistics.median(bare) / 1e3:.2f} us "
+          f"({args.numel * 4 / 1e6:.1f} MB, {args.calls} launches x {args.rounds} rounds)")
+    print(f"middle half of rounds: {q[0] / 1e3:+.2f} .. {q[2] / 1e3:+.2f} us")
+    print(f"probe added host time per NCCL all_reduce launch: {statistics.median(added) / 1e3:.2f} us")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Every op family on NCCL, world size 1, one GPU (run under torchrun by
+tests/gpu/test_nccl_path.py). Writes what it did to --expect: per op, the count and
+bytes (DESIGN.md's rules, worked out here by hand, not by commviz), the CUDA-graph
+outcome, and any synchronizing call torch's sync debug mode saw, with the frame it came
+from. Nothing here synchronizes the device inside the checked block."""
+
+import argparse
+import io
+import json
+import pickle
+import warnings
+
+import torch
+import torch.distributed as dist
+
+import commviz
+
+p = argparse.ArgumentParser()
+p.add_argument("--expect", required=True)
+args = p.parse_args()
+
+commviz.instrument()
+dist.init_process_group("nccl")  # torchrun's env; one rank
+rank, n = dist.get_rank(), dist.get_world_size()
+dev = torch.device("cuda", 0)  # never set_device: the probe must name the tensor's GPU
+expected: dict[str, dict[str, int]] = {}
+notes: dict[str, str] = {}
+
+
+def did(op: str, nbytes: int) -> None:
+    e = expected.setdefault(op, {"count": 0, "bytes": 0})
+    e["count"] += 1
+    e["bytes"] += nbytes
+
+
+def t(numel: int = 1024) -> torch.Tensor:
+    return torch.ones(numel, device=dev)
+
+
+B = 4 * 1024  # bytes of t()
+
+sync_seen: list[dict] = []
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    torch.cuda.set_sync_debug_mode("warn")  # any synchronizing call in this block warns
+    x = t()
+    dist.all_reduce(x); did("all_reduce", B)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True).wait(); did("all_reduce", B)
+    dist.broadcast(x, src=0); did("broadcast", B)
+    dist.reduce(x, dst=0); did("reduce", B)
+    dist.all_gather([t() for _ in range(n)], x); did("all_gather", n * B)
+    dist.all_gather_into_tensor(t(1024 * n), x); did("all_gather_into_tensor", n * B)
+    dist.reduce_scatter(t(), [t() for _ in range(n)]); did("reduce_scatter", n * B)
+    dist.reduce_scatter_tensor(t(), t(1024 * n)); did("reduce_scatter_tensor", n * B)
+    dist.all_to_all([t() for _ in range(n)], [t() for _ in range(n)]); did("all_to_all", n * B)
+    dist.all_to_all_single(t(1024 * n), t(1024 * n)); did("all_to_all_single", n * B)
+    dist.gather(x, [t() for _ in range(n)], dst=0); did("gather", n * B)
+    dist.scatter(x, [t() for _ in range(n)], src=0); did("scatter", n * B)
+    with dist._coalescing_manager(async_ops=True) as cm:
+        dist.all_reduce(t()); dist.all_reduce(t())
+    cm.wait(); did("all_reduce", B); did("all_reduce", B)
+    with dist._coalescing_manager():  # blocking: ends on the device, not at host time
+        dist.all_reduce(t()); dist.all_reduce(t())
+    did("all_reduce", B); did("all_reduce", B)
+    ops = [dist.P2POp(dist.isend, t(), 0), dist.P2POp(dist.irecv, t(), 0)]
+    did("isend", B); did("irecv", B)  # events whether or not torch refuses the batch
+    try:  # NCCL allows a rank to send to itself inside a batch; torch may refuse it
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+    except Exception as exc:
+        notes["p2p"] = f"batch_isend_irecv to self: {type(exc).__name__}: {exc}"[:300]
+    torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" in str(w.message).lower():
+            sync_seen.append({"file": w.filename, "line": w.lineno, "message": str(w.message)[:200]})
+
+dist.barrier(); did("barrier", 0)
+payload = {"weights": list(range(100))}
+f = io.BytesIO()
+pickle.Pickler(f).dump(payload)
+dist.broadcast_object_list([payload], src=0); did("broadcast_object_list", 8 + len(f.getvalue()))
+
+# A collective captured into a CUDA graph: one event, marked captured (it runs at replays).
+graph = "not tried"
+try:
+    y = t()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        dist.all_reduce(y); did("all_reduce", B)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        dist.all_reduce(y); did("all_reduce", B)
+    g.replay()
+    graph = "captured"
+except Exception as exc:
+    graph = f"{type(exc).__name__}: {exc}"[:300]
+
+# DDP: one bucket per step for a model this small.
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).to(dev), device_ids=[0])
+param_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
+for _ in range(3):
+    model(torch.randn(8, 64, device=dev)).sum().backward()
+    did("ddp_bucket", param_bytes)
+
+torch.cuda.synchronize()  # the job's own, after everything: the trace must not depend on it
+props = torch.cuda.get_device_properties(0)
+with open(args.expect, "w") as fh:
+    json.dump({"ops": expected, "sync_warnings": sync_seen, "graph": graph, "notes": notes,
+               "uuid": f"GPU-{props.uuid}", "device": "cuda:0"}, fh, indent=1)
+dist.destroy_process_group()
