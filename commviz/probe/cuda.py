@@ -136,11 +136,8 @@ class CudaSide:
         """After a blocking op: the current stream now waits for it, so an event
         recorded there completes when the op has."""
         enqueue_ns = time.monotonic_ns() - t0
-        if call.captured:
-            self._captured(op_id, nbytes, enqueue_ns)
-            return
-        if call.dev < 0:
-            self.push(end_record(op_id, time.monotonic_ns(), "", nbytes))
+        if call.captured or call.dev < 0:
+            self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
         end = None
         if call.start is not None:
@@ -153,8 +150,8 @@ class CudaSide:
         op (torch's Future::invokeCallback); the end event goes there. Without a
         future, completion is polled on the Work alone (no device time)."""
         enqueue_ns = time.monotonic_ns() - t0
-        if call.captured:
-            self._captured(op_id, nbytes, enqueue_ns)
+        if call.captured or call.dev < 0:
+            self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
         try:
             fut = work.get_future()
@@ -166,8 +163,8 @@ class CudaSide:
         self.end_future(op_id, call, fut, enqueue_ns, nbytes, work)
 
     def end_future(self, op_id: int, call: CudaCall, fut, enqueue_ns: int, nbytes: int = -1, work=None) -> None:
-        if call.captured:
-            self._captured(op_id, nbytes, enqueue_ns)
+        if call.captured or call.dev < 0:
+            self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
 
         def done(f) -> None:
@@ -187,10 +184,11 @@ class CudaSide:
 
         fut.add_done_callback(done)
 
-    def _captured(self, op_id: int, nbytes: int, enqueue_ns: int) -> None:
-        # Nothing ran: the op is in a CUDA graph and runs at each replay. Its end
-        # says so, and no event was recorded that could fail later.
-        self.push(end_record(op_id, time.monotonic_ns(), "", nbytes, -1, -1, enqueue_ns, True))
+    def _unpolled(self, op_id: int, call: CudaCall, nbytes: int, enqueue_ns: int) -> None:
+        """Ends that no poll can give. Captured: nothing ran, the op is in a CUDA graph
+        and runs at each replay; its end says so, and no event was recorded that could
+        fail later. No device known (begin failed, said once): the host's time."""
+        self.push(end_record(op_id, time.monotonic_ns(), "", nbytes, -1, -1, enqueue_ns, call.captured))
 
     def poll(self, p: Pending) -> None:
         poller = self.poller
