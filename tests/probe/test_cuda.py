@@ -7,44 +7,21 @@ ops are fakes with the signature of torch's, so the probe wraps them exactly as 
 wraps torch's and they can return the Work a real NCCL op would."""
 
 import functools
-import os
 import threading
 import time
 
 import pytest
 
 torch = pytest.importorskip("torch")
-import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from commviz import ops as opcat  # noqa: E402
 from commviz.events import Hello, OpEnd, OpStart  # noqa: E402
 from commviz.trace.file import load  # noqa: E402
 from tests.probe.fake_cuda import FakeCuda, FakeTensor, FakeWork, Props, Stream  # noqa: E402
+from tests.probe.test_patch_fake_pg import probe  # noqa: E402,F401  (the probe on the fake process group)
 
 WORLD = 4
-
-
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory):
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from commviz.probe.patch import install
-
-    d = tmp_path_factory.mktemp("trace")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
-    mp.setenv("COMMVIZ_SAMPLES", "0")
-    p = install(trace_dir=str(d))  # the one already installed, if another module did
-    assert p is not None and p.cfg.trace_dir
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
-    p.trace_path = os.path.join(p.cfg.trace_dir, "rank-0.cvz")
-    yield p
-    p.shutdown()
-    dist.destroy_process_group()
-    mp.undo()
 
 
 @pytest.fixture
