@@ -95,3 +95,33 @@ def test_frames_from_an_older_writer_still_load():
     hh, s = b.events
     assert hh.ring == "" and hh.cuda_uuid is None
     assert (s.batched, s.bucket, s.params) == (False, -1, 0)
+
+
+def test_host_topology_is_a_schema_2_kind_and_a_schema_1_frame_still_decodes():
+    """i17's additions: the HostTopology kind (schema 2) and OpEnd's CUDA fields
+    (appended with defaults, so a frame from an older writer reads as host-timed ops)."""
+    from commviz.events import BASE_SCHEMA, HOST_TOPOLOGY_SINCE, HostTopology, OpEnd
+
+    assert HOST_TOPOLOGY_SINCE == 2 > BASE_SCHEMA
+    ht = HostTopology(5, "node0", {"gpus": [{"index": 0}]})
+    b = decode_batch(encode_batch(1, [ht], schema=HOST_TOPOLOGY_SINCE))
+    assert b.schema == 2 and b.events == [ht]
+    old = msgspec.msgpack.encode([1, 0, [["end", 7, 100, "", -1, -1]]])  # an older writer's OpEnd
+    (end,) = decode_batch(old).events
+    assert (end.id, end.device_ns, end.enqueue_ns, end.captured) == (7, -1, -1, False)
+    cuda_end = OpEnd(8, 200, device_ns=1500, enqueue_ns=30, captured=True)
+    assert decode_batch(encode_batch(0, [cuda_end])).events == [cuda_end]
+
+
+def test_an_older_reader_ignores_the_cuda_fields_of_an_op_end():
+    class OldOpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):  # schema 1's
+        id: int
+        t: int
+        error: str = ""
+        bytes: int = -1
+        peer: int = -1
+
+    from commviz.events import OpEnd
+
+    got = msgspec.msgpack.decode(msgspec.msgpack.encode(OpEnd(8, 200, bytes=4, device_ns=1500)), type=OldOpEnd)
+    assert (got.id, got.t, got.bytes) == (8, 200, 4)

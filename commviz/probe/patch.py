@@ -13,6 +13,9 @@ tensor's bytes, dtype and shape where that is safe: with the crash ring off (its
 slot needs them at once), before CUDA is up (so no GPU buffer is ever held, not even
 briefly) and for plain tensors (no subclass code runs on another thread). The
 queued record then holds the tensor until the next drain, one flush interval.
+No CUDA tensor exists before torch.cuda initialises, so a CPU job never reads
+`is_cuda`; a CUDA op gets its device, capture state and start event on the caller's
+thread (probe/cuda.py).
 """
 
 from __future__ import annotations
@@ -275,10 +278,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     dt = x.dtype
                     start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
                              x.shape, peer, -1, is_async, red)
-                    # No CUDA tensor exists before torch.cuda initialises: a CPU job never
-                    # pays for the attribute read. A CUDA op gets its device, capture state
-                    # and start event here, on the caller's thread (probe/cuda.py).
-                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)
+                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)  # (module docstring)
                 if len(q) < cap:
                     append(start)
                 else:

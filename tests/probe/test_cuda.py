@@ -319,6 +319,7 @@ def test_8_a_blocked_nvml_sample_delays_no_cuda_completion(probe, fc, monkeypatc
 
     class StuckSampler:
         interval_s = 0.01
+        topology = None  # as HostSampler before NVML answers
 
         def __init__(self, *a, **k):
             pass

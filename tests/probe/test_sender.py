@@ -215,3 +215,25 @@ def test_disk_full_mid_run_warns_once_and_the_job_goes_on(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("trace write failed") == 1 and "No space left" in err
     assert s.health.trace_errors == 1 and s.trace is None and len(calls) == 1
+
+
+def test_a_host_topology_stamps_its_frame_and_the_resync_with_schema_2():
+    """A reader of schema 1 keeps reading this rank's op frames until the sampler
+    thread queues the host's topology (a schema-2 kind); from then on it is told to
+    upgrade rather than fed a frame it cannot decode."""
+    from commviz.events import HOST_TOPOLOGY_SINCE, HostTopology
+
+    s, q = make_sender()
+    s.client.up = True
+    start(q, 0)
+    s.flush()
+    assert [f.schema for f in s.client.frames] == [1, 1]  # resync, then the op
+    q.append(HostTopology(1, "node0", {"gpus": []}))
+    s.flush()
+    assert s.client.frames[-1].schema == HOST_TOPOLOGY_SINCE
+    assert any(isinstance(e, HostTopology) for e in s.client.frames[-1].events)
+    s.connected = False  # a reconnecting watcher gets the topology again, stamped for it
+    start(q, 1)
+    s.flush()
+    resync = s.client.frames[-2]
+    assert resync.schema == HOST_TOPOLOGY_SINCE and isinstance(resync.events[-1], HostTopology)
