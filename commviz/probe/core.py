@@ -136,7 +136,7 @@ class Probe:
         from commviz.probe.samplers import HostSampler, SamplerThread, local_rank_from_env, should_sample
 
         if self.cfg.samples and should_sample(rank, local_rank_from_env()):
-            sampler = SamplerThread(HostSampler(warn=self.health.warn_once), self.queue, self.health, hello.host)
+            sampler = SamplerThread(HostSampler(warn=self.health.warn_once), self.push, self.health, hello.host)
         from commviz.probe.cuda import CudaSide
 
         if self.cuda_side is None:  # one per process: CUDAGraph is patched once, for it

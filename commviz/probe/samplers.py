@@ -273,9 +273,9 @@ class SamplerThread:
     """Runs a HostSampler on its own thread: NVML's PCIe fallback blocks 20-40 ms per
     call, which on the flushing or CUDA polling thread would hold back both."""
 
-    def __init__(self, sampler: HostSampler, queue, health, host: str = "") -> None:
+    def __init__(self, sampler: HostSampler, push, health, host: str = "") -> None:
         self.sampler = sampler
-        self.queue = queue
+        self.push = push  # the probe's: bounded by its queue cap, drops counted
         self.health = health
         self.host = host  # as the rank's Hello names it
         self.topology_sent = False
@@ -295,9 +295,9 @@ class SamplerThread:
                     if not self.topology_sent and s.topology is not None:
                         # the watcher lays out this host's ranks on this host's GPUs
                         self.topology_sent = True
-                        self.queue.append(HostTopology(t, self.host, s.topology.to_document()))
+                        self.push(HostTopology(t, self.host, s.topology.to_document()))
                     if values:
-                        self.queue.append(Sample(t, values))
+                        self.push(Sample(t, values))
             except Exception as exc:  # sample() never raises; belt and braces
                 self.health.internal("sampler", exc)
             self._stop.wait(s.interval_s)

@@ -244,8 +244,8 @@ def test_the_sampler_thread_sends_this_hosts_topology_once_then_samples():
                 sampled.set()
             return out
 
-    s = SamplerThread(Counted(backend=FakeNvml(h100()), psutil_module=FakePsutil(), interval_s=0.001), q,
-                      Health(), host="node7")
+    s = SamplerThread(Counted(backend=FakeNvml(h100()), psutil_module=FakePsutil(), interval_s=0.001),
+                      q.append, Health(), host="node7")
     s.start()
     assert sampled.wait(5)
     s.stop()
@@ -282,3 +282,42 @@ def test_a_reconnecting_watcher_gets_the_hosts_topology_again():
     s.flush()
     resync = s.client.frames[-1].events
     assert any(isinstance(e, HostTopology) and e.host == "h" for e in resync)
+
+
+def test_the_sampler_thread_queues_through_the_probes_bounded_push():
+    """A stuck flushing thread must not let samples grow the queue past its cap: the
+    sampler thread queues through the probe's push, which drops and counts."""
+    import collections
+    import threading
+
+    from commviz.events import Sample
+    from commviz.probe.health import Health
+    from commviz.probe.samplers import SamplerThread
+
+    q, health, cap, pushed = collections.deque(), Health(), 3, threading.Event()
+
+    def push(rec):
+        if len(q) < cap:
+            q.append(rec)
+        else:
+            health.dropped += 1
+            pushed.set()
+
+    class Busy:
+        interval_s = 0.001
+        topology = None
+
+        def due(self, t):
+            return True
+
+        def sample(self, t):
+            return {"cpu_pct": 1.0}
+
+        def close(self):
+            pass
+
+    s = SamplerThread(Busy(), push, health)
+    s.start()
+    assert pushed.wait(5)
+    s.stop()
+    assert len(q) == cap and all(isinstance(e, Sample) for e in q) and health.dropped >= 1
