@@ -330,6 +330,8 @@ def test_a_stuck_probe_thread_bounds_the_queue_and_counts_every_dropped_record(p
     s._stop.set()
     s._wake.set()
     s.thread.join()
+    if probe.sampler is not None:  # its own thread queues samples too: only ops counted here
+        probe.sampler.stop()
     s.flush()
     dropped = probe.health.dropped
     for _ in range(50):
