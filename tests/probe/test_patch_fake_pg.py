@@ -341,7 +341,9 @@ def test_a_stuck_probe_thread_bounds_the_queue_and_counts_every_dropped_record(p
 
 
 def stop_sender_thread(probe):
-    """A fresh probe whose sender thread is stopped: nothing drains the queue."""
+    """A fresh probe whose sender thread is stopped: nothing drains the queue. Its
+    sampler thread is stopped too: it queues samples on its own, and the counts here
+    are of ops."""
     probe.shutdown()
     probe.ensure_started()
     s = probe.sender
@@ -349,6 +351,8 @@ def stop_sender_thread(probe):
     s._wake.set()
     s.thread.join(5)
     assert not s.thread.is_alive()
+    if probe.sampler is not None:
+        probe.sampler.stop()
     probe.queue.clear()
     return s
 
