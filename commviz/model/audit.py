@@ -52,7 +52,7 @@ def _offset_at(hello: Hello | None, a: Audit):
 
 
 def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None, a: Audit) -> dict:
-    """The per-rank `audit` of the summary (DESIGN.md): backend/seen/unseen counts, or
+    """The per-rank `audit` of the summary (docs/ARCHITECTURE.md): backend/seen/unseen counts, or
     {"state": why} when the recorder cannot be compared."""
     if a.state:
         return {"state": a.state}

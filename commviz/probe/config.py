@@ -1,4 +1,4 @@
-"""Rank-side settings from the environment (the contract in DESIGN.md)."""
+"""Rank-side settings from the environment (the contract in docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What torch's own files call things, in commviz's words: dtype names and sizes, op
-names, the bytes rule (DESIGN.md) applied to sizes a file lists, and the group-ranks
+names, the bytes rule (docs/ARCHITECTURE.md) applied to sizes a file lists, and the group-ranks
 strings the files carry ("[0, 1, 2]"), parsed — never evaluated."""
 
 from __future__ import annotations
