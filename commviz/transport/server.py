@@ -2,14 +2,16 @@
 ranks. Nothing from the wire is trusted: frames are size limited by zmq, decoded with
 the typed schema, and failures are counted and named by peer, never raised.
 
-Memory for the wire is bounded in two places: zmq holds at most RCVHWM frames per
-connection (then it stops reading that connection and the kernel pushes back on the
-sender), and decoded frames wait for the model in one queue sized in bytes across all
-peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
+Memory for the wire is bounded in three places: a peer keeps at most its credit
+window of frames unacknowledged (credit.py; every frame taken is acked once the model
+has it, or once it was shed), zmq holds at most RCVHWM frames per connection (then it
+stops reading that connection and the kernel pushes back on the sender), and decoded
+frames wait for the model in one queue sized in bytes across all peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
 turned away as fast as zmq hands them over, and a flood drains instead of queueing."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import socket
@@ -22,6 +24,7 @@ import zmq
 
 from commviz.events import Batch, FrameError, decode_batch
 from commviz.transport import token as tokens
+from commviz.transport.credit import ack_frame
 from commviz.transport.address import AddressError, check_private_dir, parse
 from commviz.transport.inbox import Inbox, cost
 from commviz.transport.tally import Tally
@@ -96,7 +99,15 @@ class Server:
         self.refused = 0  # frames from peers beyond max_peers, ignored
         self.cpu_s = 0.0  # CPU time the reader thread used, for the flood bench
         self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
-        self._inbox = Inbox(queue_bytes, on_batch, on_error)
+        self._on_batch = on_batch
+        self._inbox = Inbox(queue_bytes, self._deliver, on_error)
+        # Acks owed, one identity per frame dealt with. The ingest thread appends and
+        # wakes the reader through a pipe (only the reader may use the zmq socket).
+        self._acks: collections.deque = collections.deque()
+        self._ack_woken = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._gate: tokens.Gate | None = None
         self._trim = _malloc_trim()
         self._ipc_path = rest if kind == "ipc" else None
@@ -175,12 +186,18 @@ class Server:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         dirty = False  # something was turned away since memory was last handed back
         while not self._stop.is_set():
             try:
-                if poller.poll(100):
+                ready = dict(poller.poll(100))
+                if self._wake_r in ready:
+                    self._woken()
+                if self._sock in ready:
                     dirty |= self._drain()
-                elif dirty and self._trim is not None:
+                if self._acks:
+                    self._send_acks()
+                if not ready and dirty and self._trim is not None:
                     self._trim(0)  # the flood is over: give its memory back
                     dirty = False
             except zmq.ZMQError:
@@ -234,6 +251,38 @@ class Server:
             turned |= not self._accept(ident, batch, payload, now)
         return turned
 
+    def _deliver(self, batch: Batch, payload: bytes, ident: bytes) -> None:
+        """On the ingest thread: the model has the frame, so its peer may send another."""
+        try:
+            self._on_batch(batch, payload)
+        finally:
+            self._acks.append(ident)
+            if not self._ack_woken:
+                self._ack_woken = True
+                try:
+                    os.write(self._wake_w, b"!")
+                except OSError:  # the pipe is full: the reader is awake already
+                    pass
+
+    def _woken(self) -> None:
+        self._ack_woken = False  # before the acks are taken: a later append wakes us again
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _send_acks(self) -> None:
+        q, owed = self._acks, {}
+        for _ in range(len(q)):
+            ident = q.popleft()
+            owed[ident] = owed.get(ident, 0) + 1
+        for ident, n in owed.items():
+            try:  # a ROUTER drops a frame for a peer that is gone; never blocks
+                self._sock.send_multipart([ident, ack_frame(n)], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
     def _reject(self, ident: bytes, now: float, why) -> bool:
         """Count a bad frame; `why` (the frame itself, or a reason) becomes words only
         when the peer is described."""
@@ -261,13 +310,16 @@ class Server:
                 self.refused += 1
                 if self.refused == 1:
                     self.on_error(_name(ident), f"more than {self.max_peers} peers: ignoring new ones")
+                self._acks.append(ident)  # dealt with: not taken, and the peer may go on
                 return False
         self.peers[ident] = now
         if self._over_limit(ident, now):
             self._shed(ident, now, f"over {self.flood_limit} frames/s")
+            self._acks.append(ident)
             return False
-        if not self._inbox.put((batch, payload), cost(payload, len(batch.events))):
+        if not self._inbox.put((batch, payload, ident), cost(payload, len(batch.events))):
             self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
+            self._acks.append(ident)
             return False
         self.frames += 1
         return True
@@ -292,6 +344,9 @@ class Server:
             self._gate.close()
         self._sock.close()
         self._ctx.term()
+        if not self._inbox.thread.is_alive():  # else it may still wake us: leave the pipe
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
         if self._ipc_path and os.path.exists(self._ipc_path):
             try:
                 os.unlink(self._ipc_path)
