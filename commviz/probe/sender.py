@@ -12,8 +12,8 @@ import os
 import threading
 import time
 
-from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T, START, Counters,
-                             Goodbye, GroupDef, Hello, HostTopology, encode_batch)
+from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
+                             START, Counters, Goodbye, GroupDef, Hello, HostTopology, encode_batch, encode_frames)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
@@ -174,17 +174,21 @@ class Sender:
         return Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors)
 
     def _emit(self, events: list) -> None:
-        payload = encode_batch(self.rank, events, self.schema)
-        traced = self._write_trace(payload)
-        if self.client is None:
-            if not traced:
-                self.health.dropped += len(events)
-            return
-        self.backlog.append((payload, len(events), traced))
-        self.backlog_events += len(events)
-        self.backlog_untraced += 0 if traced else len(events)
-        while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
-            self._pop_backlog(lost=True)
+        for payload, n in encode_frames(self.rank, events, self.schema):
+            if payload is None:
+                self.health.dropped += n
+                self.health.warn_once("oversize", f"an event over {MAX_WIRE_FRAME >> 10} KiB was left out")
+                continue
+            traced = self._write_trace(payload)
+            if self.client is None:
+                if not traced:
+                    self.health.dropped += n
+                continue
+            self.backlog.append((payload, n, traced))
+            self.backlog_events += n
+            self.backlog_untraced += 0 if traced else n
+            while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
+                self._pop_backlog(lost=True)
 
     def _write_trace(self, payload: bytes) -> bool:
         if self.trace is not None:
@@ -217,12 +221,7 @@ class Sender:
         if not self.connected:
             if client.room + extra <= 0:
                 return
-            # A (re)connected watcher must learn who we are and what is in flight.
-            resync, schema = [self.hello, *self.groups, *self.inflight.values()], BASE_SCHEMA
-            if self.topology is not None:
-                resync.append(self.topology)
-                schema = HOST_TOPOLOGY_SINCE
-            if not client.send(encode_batch(self.rank, resync, schema), (0, True)):
+            if not client.send(self._resync(), (0, True)):
                 return
             self.connected = True
         while self.backlog and client.room + extra > 0:
@@ -231,6 +230,17 @@ class Sender:
                 self.connected = False
                 return
             self._pop_backlog(lost=False)
+
+    def _resync(self) -> bytes:
+        """What a (re)connected watcher must learn first: who we are, our groups and
+        what is in flight (the newest of it, if all of it would not fit one frame)."""
+        inflight = list(self.inflight.values())
+        tail, schema = ([self.topology], HOST_TOPOLOGY_SINCE) if self.topology is not None else ([], BASE_SCHEMA)
+        while True:
+            payload = encode_batch(self.rank, [self.hello, *self.groups, *inflight, *tail], schema)
+            if len(payload) <= MAX_WIRE_FRAME or not inflight:
+                return payload
+            inflight = inflight[len(inflight) // 2 + 1 :]
 
     def _hand_over(self, deadline: float) -> None:
         """At exit: what the backlog holds goes to a watcher that is taking it, until

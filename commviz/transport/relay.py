@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 
-from commviz.events import Batch, encode_batch
+from commviz.events import Batch, encode_frames
 from commviz.transport.client import Client
 from commviz.transport.server import Server
 
@@ -78,14 +78,25 @@ class Relay:
         with self._lock:
             held, self.held, self.held_events = self.held, {}, 0
         for rank, events in held.items():
-            for i in range(0, len(events), MAX_EVENTS):
-                chunk = events[i : i + MAX_EVENTS]
-                if self.client.room > 0 and self.client.send(encode_batch(rank, chunk), len(chunk)):
-                    self.forwarded += len(chunk)
+            done = self._forward(rank, events)
+            if done < len(events):
+                self._keep(rank, events[done:])
+
+    def _forward(self, rank: int, events: list) -> int:
+        """How many of `events`, in order, were dealt with (sent, or too big for the
+        wire and counted) before the window filled."""
+        done = 0
+        for i in range(0, len(events), MAX_EVENTS):
+            for payload, n in encode_frames(rank, events[i : i + MAX_EVENTS]):
+                if payload is None:
+                    self.dropped += n
+                elif self.client.room <= 0 or not self.client.send(payload, n):
+                    return done
+                else:
+                    self.forwarded += n
                     self.frames_out += 1
-                    continue
-                self._keep(rank, events[i:])
-                break
+                done += n
+        return done
 
     def _keep(self, rank: int, events: list) -> None:
         """Not forwarded now: back in front of what arrived meanwhile, in order."""

@@ -22,17 +22,25 @@ from typing import Callable
 
 import zmq
 
-from commviz.events import Batch, FrameError, decode_batch
+from commviz.events import MAX_WIRE_FRAME, Batch, FrameError, decode_batch
 from commviz.transport import token as tokens
+from commviz.transport.conns import Connections
 from commviz.transport.credit import ack_frame
 from commviz.transport.address import AddressError, check_private_dir, parse
 from commviz.transport.inbox import Inbox, cost
 from commviz.transport.tally import Tally
 
-MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq, unread
+MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 # Frames zmq queues per connection. The reader drains far faster than a rank sends
 # (~50 frames/s); a rank whose frames are not taken keeps them in its own backlog.
-RCVHWM = 8
+# (1 would do for ranks, but zmq 4.3 then delivers nothing on a PLAIN connection.)
+RCVHWM = 2
+# Connections open at once. What zmq holds for the wire is at most about this many
+# times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
+# queued): 128 × 4 × 256 KiB = 128 MiB, whatever peers do. A node's ranks are one
+# connection each; many nodes go through relays, one connection per node (128 nodes
+# of 8 GPUs: 1,024 ranks).
+MAX_CONNECTIONS = 128
 QUEUE_BYTES = 64 * 1024 * 1024  # decoded frames waiting for the model, all peers together
 # A rank sends ~50 batches a second; far beyond that is a bug or an attack.
 FLOOD_FRAMES_PER_S = 2000
@@ -86,6 +94,7 @@ class Server:
         flood_frames_per_s: int = FLOOD_FRAMES_PER_S,
         max_peers: int = MAX_PEERS,
         queue_bytes: int = QUEUE_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
@@ -115,6 +124,7 @@ class Server:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._bind(addr, token)
+        self.conns = Connections(self._sock, max_connections).start()
         if kind == "tcp" and rest.endswith(":0"):
             self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._stop = threading.Event()
@@ -125,7 +135,7 @@ class Server:
         if token:
             # PLAIN, checked by our ZAP handler: a peer without the token never
             # completes the handshake, so none of its frames reach us; it is counted.
-            self._gate = tokens.Gate(self._ctx, token)
+            self._gate = tokens.Gate(self._ctx, token).start()
             tokens.serve_plain(s)
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)
@@ -143,8 +153,6 @@ class Server:
             os.umask(old)
         if self._ipc_path:
             os.chmod(self._ipc_path, 0o600)
-        if self._gate is not None:
-            self._gate.watch(s)
         return s
 
     @property
@@ -181,7 +189,12 @@ class Server:
     @property
     def denied(self) -> int:
         """Connections turned away for want of the token."""
-        return self._gate.denied if self._gate is not None else 0
+        return self.conns.denied
+
+    @property
+    def turned_away(self) -> int:
+        """Connections closed for being one too many."""
+        return self.conns.turned_away
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -229,7 +242,7 @@ class Server:
                 n = 2  # parts the peer sent (the identity is ours)
                 while recv(NB, copy=False).more:
                     n += 1
-                turned = self._reject(ident, now, f"message of {n} parts, expected one frame")
+                turned = self._reject(ident, now, f"message of {n} parts, expected one frame", frame)
                 continue
             # A big frame is looked at in place: copied only if it proves valid.
             payload = frame.bytes if len(frame) <= COPY_UP_TO else frame.buffer
@@ -239,12 +252,12 @@ class Server:
                     bad[ident] = n + 1
                     turned = True
                 else:
-                    turned = self._reject(ident, now, payload)
+                    turned = self._reject(ident, now, payload, frame)
                 continue
             try:
                 batch = decode_batch(payload)
             except FrameError:
-                turned = self._reject(ident, now, payload)
+                turned = self._reject(ident, now, payload, frame)
                 continue
             if type(payload) is memoryview:
                 payload = bytes(payload)
@@ -283,10 +296,12 @@ class Server:
             except zmq.ZMQError:
                 pass
 
-    def _reject(self, ident: bytes, now: float, why) -> bool:
+    def _reject(self, ident: bytes, now: float, why, frame: zmq.Frame) -> bool:
         """Count a bad frame; `why` (the frame itself, or a reason) becomes words only
-        when the peer is described."""
+        when the peer is described, and then its connection is closed too (it may come
+        back: it is closed again the next time it is described)."""
         if self.rejected.add(ident, now):
+            self.conns.evict(frame.get(zmq.SRCFD))
             n = self.rejected.by_peer.get(ident, 0)
             reason = why if isinstance(why, str) else _why_bad(why)
             self.on_error(_name(ident), f"{reason} ({n} bad frames from it so far)")
@@ -342,6 +357,7 @@ class Server:
         self._inbox.close()
         if self._gate is not None:
             self._gate.close()
+        self.conns.close()
         self._sock.close()
         self._ctx.term()
         if not self._inbox.thread.is_alive():  # else it may still wake us: leave the pipe

@@ -67,42 +67,30 @@ def present(sock: zmq.Socket, token: str) -> None:
     sock.setsockopt(zmq.PLAIN_PASSWORD, token.encode())
 
 
-_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-
-
 class Gate:
-    """The ZAP handler of one zmq context, and the count of peers it turned away.
-
-    `watch(sock)` also counts handshakes that failed before ZAP was asked (a peer with
-    no token speaks NULL to our PLAIN listener)."""
+    """The ZAP handler of one zmq context. Every handshake that failed, whether ZAP
+    said no or it failed before ZAP was asked (a peer with no token speaks NULL to our
+    PLAIN listener), is counted by the socket's monitor (transport/conns.py)."""
 
     def __init__(self, ctx: zmq.Context, token: str) -> None:
         self._token = token.encode()
-        self.denied = 0
         self._zap = ctx.socket(zmq.REP)
         self._zap.setsockopt(zmq.LINGER, 0)
         self._zap.bind(ZAP_ENDPOINT)
-        self._monitor: zmq.Socket | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="commviz-token", daemon=True)
 
-    def watch(self, sock: zmq.Socket) -> "Gate":
-        self._monitor = sock.get_monitor_socket(_FAILED)
+    def start(self) -> "Gate":
         self._thread.start()
         return self
 
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._zap, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
         while not self._stop.is_set():
             try:
-                ready = dict(poller.poll(100))
-                if self._zap in ready:
+                if poller.poll(100):
                     self._zap.send_multipart(self.reply(self._zap.recv_multipart()))
-                if self._monitor in ready:
-                    self._monitor.recv_multipart()
-                    self.denied += 1
             except zmq.ZMQError:
                 if self._stop.is_set():
                     return
@@ -120,5 +108,3 @@ class Gate:
         if self._thread.is_alive():
             self._thread.join(1)
         self._zap.close(0)
-        if self._monitor is not None:
-            self._monitor.close(0)

@@ -321,3 +321,24 @@ def test_a_host_topology_stamps_its_frame_and_the_resync_with_schema_2():
     s.flush()
     resync = s.client.frames[-2]
     assert resync.schema == HOST_TOPOLOGY_SINCE and isinstance(resync.events[-1], HostTopology)
+
+
+def test_frames_stay_under_the_wire_limit_and_an_event_too_big_for_any_is_counted(capsys):
+    """A watcher takes frames of at most MAX_WIRE_FRAME (it closes a connection that
+    sends more): a big run goes as several frames, in order; one event bigger than
+    that is left out, counted and said once."""
+    from commviz.events import MAX_WIRE_FRAME
+
+    s, q = make_sender()
+    s.client.up = True
+    emitted = spy_emit(s)
+    for i in range(4000):
+        q.append((START, i, i, "all_reduce", "0", i, 64, "float32", list(range(8)), -1, -1, False, "SUM"))
+    q.append(GroupDef("huge", list(range(100_000)), "gloo"))
+    for _ in range(8):
+        s.flush()
+    streamed = [f for f in s.client.frames if not isinstance(f.events[0], Hello)]
+    assert len(streamed) > 1
+    assert [e.id for f in streamed for e in f.events if isinstance(e, OpStart)] == list(range(4000))
+    assert s.health.dropped == 1 and len(emitted) == delivered(s.client) + 1
+    assert capsys.readouterr().err.count(f"an event over {MAX_WIRE_FRAME >> 10} KiB") == 1
