@@ -12,7 +12,7 @@ away, and its peak RSS (ru_maxrss) and its RSS at the end.
 Mixes: `random` is random 64-byte frames (the cheapest frame to send, so the most
 frames per second); `hostile` adds deeply nested msgpack, multi-part messages, 1 MB
 frames of garbage and a 20 MB frame per peer (over the size limit); `big` is only
-garbage frames of the largest size the watcher takes (MAX_WIRE_FRAME, 256 KiB: the
+garbage frames of the largest size the watcher takes (MAX_WIRE_FRAME, 128 KiB: the
 worst case for its memory).
 
 Floods are local only (ipc or 127.0.0.1), bounded in count and time (never more than
@@ -262,7 +262,7 @@ def main() -> None:
         return
     print(f"{os.cpu_count()} CPUs, {'tcp loopback + token' if args.tcp else 'ipc'}, mix {args.mix}, "
           f"dashboard {'off' if args.no_dashboard else 'on'}, {flood_s:.1f} s flood")
-    print(f"connections closed: {got.get('turned_away', 0):,} over the cap, {got.get('evicted', 0):,} after a bad frame")
+    print(f"connections: {got.get('turned_away', 0):,} refused over the cap, {got.get('evicted', 0):,} closed after a bad frame")
     print(f"watcher read {got['frames']:,} valid frames, turned away {got['rejected']:,}, shed {got['shed']:,}; "
           f"RSS {got['base_mb']:.0f} MB at start, {got['end_mb']:.0f} MB {args.settle:g} s after the flood")
     if got["reader_cpu_s"]:

@@ -264,8 +264,9 @@ def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
 
 # The largest frame on the wire. A watcher's memory for peers that do not follow the
 # protocol is a few frames per connection, so this bounds it; a batch of 4,096 ops is
-# ~200 KB, a host's topology ~20 KB. Trace files allow more (trace/file.py).
-MAX_WIRE_FRAME = 256 * 1024
+# ~200 KB (sent as two frames), a host's topology ~20 KB. Trace files allow more
+# (trace/file.py).
+MAX_WIRE_FRAME = 128 * 1024
 
 
 def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int = MAX_WIRE_FRAME):

@@ -206,7 +206,7 @@ class LiveFeed:
         if srv.denied:
             bits.append(f"{srv.denied} connections refused (no valid token)")
         if srv.turned_away:
-            bits.append(f"{srv.turned_away} connections closed (over {srv.conns.max_open} at once)")
+            bits.append(f"{srv.turned_away} connections refused (over {srv.conns.max_open} at once)")
         return " · ".join(bits)
 
     def all_exited(self) -> bool:

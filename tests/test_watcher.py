@@ -109,8 +109,8 @@ def test_the_status_line_counts_peers_refused_for_want_of_the_token():
         feed.close()
 
 
-def test_the_status_line_counts_connections_closed_for_being_one_too_many(tmp_path):
-    """A real flood of connections: past the cap each new one is closed and the status
+def test_the_status_line_counts_connections_refused_for_being_one_too_many(tmp_path):
+    """A real flood of connections: past the cap each new one is refused and the status
     line says how many, and what the cap is."""
     import zmq
 
@@ -128,7 +128,7 @@ def test_the_status_line_counts_connections_closed_for_being_one_too_many(tmp_pa
             s.connect(feed.addr)
             socks.append(s)
         assert wait_for(lambda: feed.server.turned_away >= 2)
-        assert f"{feed.server.turned_away} connections closed (over 2 at once)" in feed.status()
+        assert f"{feed.server.turned_away} connections refused (over 2 at once)" in feed.status()
     finally:
         for s in socks:
             s.close()

@@ -1,13 +1,14 @@
-"""The watcher's connections, from zmq's socket monitor: how many are open, how many
-were turned away, and the power to close one.
+"""The watcher's connections, from zmq's socket monitor: how many are open, and the
+power to close one.
 
 zmq bounds what it holds per connection (a few frames of at most MAX_WIRE_FRAME), not
 across them, so a flood of connections is the one way to make a watcher hold more.
-Past `max_open` connections a new one is closed as soon as zmq reports it, and
-counted: what zmq holds for the wire is then at most max_open × a few frames. A peer
-that sent a bad frame is closed too (it may come back; it is closed again), so
-strangers hold no connection long. Handshakes that failed (no token, a wrong one) are
-counted here as well: one monitor per socket."""
+The ZAP handler (token.Gate) admits a new peer only while fewer than `max_open` are
+open, before zmq takes a frame from it: what zmq holds for the wire is then at most
+max_open × a few frames. A peer that sent a bad frame is closed (it may come back; it
+is closed again), so strangers hold no connection long. Handshakes that failed before
+ZAP was asked (a peer with no token speaks NULL to a PLAIN listener) are counted here:
+one monitor per socket."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import threading
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
-_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+# Refusals by ZAP (HANDSHAKE_FAILED_AUTH) are counted by the Gate, which knows why.
+_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _FAILED
 
 
@@ -38,12 +40,14 @@ def close_fd(fd: int) -> bool:
 
 
 class Connections:
-    def __init__(self, sock: zmq.Socket, max_open: int) -> None:
+    def __init__(self, sock: zmq.Socket, max_open: int, count_failed: bool = True) -> None:
         self.max_open = max_open
+        # Without a token a handshake fails only when we close the connection
+        # ourselves (a bad frame), which is counted as that.
+        self.count_failed = count_failed
         self.open: set[int] = set()  # fds zmq accepted and has not closed
-        self.turned_away = 0  # connections closed for being one too many
         self.evicted = 0  # connections closed after a bad frame
-        self.denied = 0  # handshakes that failed (the token)
+        self.failed = 0  # handshakes that failed before ZAP was asked (no token)
         self._sock = sock
         self._monitor = sock.get_monitor_socket(_EVENTS)
         self._stop = threading.Event()
@@ -64,22 +68,24 @@ class Connections:
                 if self._stop.is_set():
                     return
 
+    def room(self) -> bool:
+        """For the ZAP handler: may one more peer connect? (The one asking is counted
+        in `open` already when the monitor's news came first.)"""
+        return len(self.open) <= self.max_open
+
     def on_event(self, event: dict) -> None:
         kind, fd = event["event"], event["value"]
         if kind == zmq.EVENT_ACCEPTED:
-            if len(self.open) >= self.max_open:
-                self.turned_away += 1
-                close_fd(fd)
-            else:
-                self.open.add(fd)
+            self.open.add(fd)
         elif kind == zmq.EVENT_DISCONNECTED:
             self.open.discard(fd)
-        elif kind & _FAILED:
-            self.denied += 1
+        elif kind & _FAILED and self.count_failed:
+            self.failed += 1
 
     def evict(self, fd: int) -> None:
-        """From the reader thread: close the connection a bad frame came on."""
-        if fd in self.open and close_fd(fd):
+        """From the reader thread: close the connection a bad frame came on (it may
+        not be in `open` yet: the monitor's news can lag the frame)."""
+        if close_fd(fd):
             self.evicted += 1
 
     def close(self) -> None:

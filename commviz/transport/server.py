@@ -37,7 +37,8 @@ MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 RCVHWM = 2
 # Connections open at once. What zmq holds for the wire is at most about this many
 # times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
-# queued): 128 × 4 × 256 KiB = 128 MiB, whatever peers do. A node's ranks are one
+# queued): 128 × 4 × 128 KiB = 64 MiB, whatever peers do (a few more connections
+# for a moment: the cap acts on the monitor's news, which can lag). A node's ranks are one
 # connection each; many nodes go through relays, one connection per node (128 nodes
 # of 8 GPUs: 1,024 ranks).
 MAX_CONNECTIONS = 128
@@ -118,13 +119,14 @@ class Server:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._gate: tokens.Gate | None = None
+        self.conns: Connections | None = None
         self._trim = _malloc_trim()
         self._ipc_path = rest if kind == "ipc" else None
         if self._ipc_path:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._bind(addr, token)
-        self.conns = Connections(self._sock, max_connections).start()
+        self.conns = Connections(self._sock, max_connections, count_failed=bool(token)).start()
         if kind == "tcp" and rest.endswith(":0"):
             self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._stop = threading.Event()
@@ -132,11 +134,11 @@ class Server:
 
     def _bind(self, addr: str, token: str | None) -> zmq.Socket:
         s = self._ctx.socket(zmq.ROUTER)
-        if token:
-            # PLAIN, checked by our ZAP handler: a peer without the token never
-            # completes the handshake, so none of its frames reach us; it is counted.
-            self._gate = tokens.Gate(self._ctx, token).start()
-            tokens.serve_plain(s)
+        # Every peer is asked about by our ZAP handler before zmq takes a frame from it:
+        # one too many is refused there, and with a token (PLAIN) a peer without it;
+        # none of their frames reach us, and each is counted.
+        self._gate = tokens.Gate(self._ctx, token, room=self._room).start()
+        tokens.serve(s, token)
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)
         s.setsockopt(zmq.LINGER, 0)
@@ -145,8 +147,7 @@ class Server:
             s.bind(addr)
         except zmq.ZMQError as exc:
             s.close()
-            if self._gate is not None:
-                self._gate.close()
+            self._gate.close()
             self._ctx.term()
             raise AddressError(f"cannot listen on {addr}: {exc}") from None
         finally:
@@ -186,15 +187,18 @@ class Server:
         self.thread.start()
         return self
 
+    def _room(self) -> bool:
+        return self.conns is None or self.conns.room()
+
     @property
     def denied(self) -> int:
         """Connections turned away for want of the token."""
-        return self.conns.denied
+        return self._gate.denied + self.conns.failed
 
     @property
     def turned_away(self) -> int:
-        """Connections closed for being one too many."""
-        return self.conns.turned_away
+        """Connections refused for being one too many."""
+        return self._gate.turned_away
 
     def _run(self) -> None:
         poller = zmq.Poller()
@@ -355,8 +359,7 @@ class Server:
         if self.thread.is_alive():
             self.thread.join(2)
         self._inbox.close()
-        if self._gate is not None:
-            self._gate.close()
+        self._gate.close()
         self.conns.close()
         self._sock.close()
         self._ctx.term()

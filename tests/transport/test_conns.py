@@ -1,6 +1,6 @@
 """What a flood of connections can make the watcher hold: at most MAX_CONNECTIONS are
-open at once (a new one past that is closed as soon as zmq reports it), and a peer
-that sends garbage loses its connection when it is described."""
+open at once (the ZAP handler refuses one more before zmq takes a frame from it), and
+a peer that sends garbage loses its connection when it is described."""
 
 import socket
 import time
@@ -11,33 +11,65 @@ from commviz.events import MAX_WIRE_FRAME, encode_batch, encode_frames
 from commviz.transport.client import Client
 from commviz.transport.conns import Connections, close_fd
 from commviz.transport.server import Server
+from commviz.transport.token import Gate
 from tests.helpers import hello, op
 from tests.transport.test_server import settled, sockdir, wait_for  # noqa: F401  (fixture)
 
 
-class NoSock:
-    def get_monitor_socket(self, events):
-        return None
+class NoCtx:
+    def socket(self, kind):
+        class S:
+            def setsockopt(self, *a): pass
+            def bind(self, *a): pass
+        return S()
 
 
-def test_past_the_cap_a_new_connection_is_closed_and_counted():
-    conns = Connections(NoSock(), max_open=2)
-    pairs = [socket.socketpair() for _ in range(3)]
+def test_the_zap_handler_turns_away_one_connection_too_many_and_says_why():
+    room = [True]
+    gate = Gate(NoCtx(), None, room=lambda: room[0])
+
+    def ask(mech=b"NULL"):
+        return gate.reply([b"1.0", b"7", b"commviz", b"", b"", mech])[2:4]
+
+    assert ask() == [b"200", b"OK"]
+    room[0] = False
+    assert ask() == [b"400", b"too many connections"]
+    assert (gate.turned_away, gate.denied) == (1, 0)
+    assert ask(b"PLAIN") == [b"400", b"no valid token"]  # a listener without a token speaks NULL
+    assert (gate.turned_away, gate.denied) == (1, 1)
+
+
+def test_past_the_cap_a_new_peer_gets_no_connection_and_the_first_keep_theirs(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got = []
+    server = Server(addr, lambda b, raw: got.append(b.rank), lambda *a: None, max_connections=2).start()
+    clients = [Client(addr, identity=f"rank{r}".encode()) for r in range(4)]
     try:
-        for ours, _ in pairs:
-            conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": ours.fileno()})
-        assert len(conns.open) == 2 and conns.turned_away == 1
-        pairs[2][1].settimeout(2)
-        assert pairs[2][1].recv(1) == b""  # the third one's peer sees it closed
-        conns.on_event({"event": zmq.EVENT_DISCONNECTED, "value": pairs[0][0].fileno()})
-        conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": pairs[2][0].fileno()})
-        assert len(conns.open) == 2 and conns.turned_away == 1  # a slot was free again
-        conns.on_event({"event": zmq.EVENT_HANDSHAKE_FAILED_AUTH, "value": 0})
-        assert conns.denied == 1
+        time.sleep(0.5)  # every one of them tries
+        took = [c.send(encode_batch(r, [hello(r)])) for r, c in enumerate(clients)]
+        assert took.count(True) == 2 and server.turned_away >= 2  # and they keep trying
+        assert wait_for(lambda: sorted(got) == [r for r, t in enumerate(took) if t])
+        assert len(server.conns.open) == 2
     finally:
-        for a, b in pairs:
-            a.close()
-            b.close()
+        for c in clients:
+            c.close()
+        server.close()
+
+
+def test_the_monitor_counts_open_connections_and_failed_handshakes():
+    class NoSock:
+        def get_monitor_socket(self, events):
+            return None
+
+    conns = Connections(NoSock(), max_open=1)
+    conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": 7})
+    assert conns.room()  # the one asking may be counted already
+    conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": 8})
+    assert not conns.room()
+    conns.on_event({"event": zmq.EVENT_DISCONNECTED, "value": 7})
+    assert conns.room() and conns.open == {8}
+    conns.on_event({"event": zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, "value": 0})
+    assert conns.failed == 1
 
 
 def test_close_fd_leaves_the_descriptor_to_its_owner():

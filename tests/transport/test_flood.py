@@ -33,10 +33,9 @@ def test_more_connections_than_the_cap_sending_the_largest_frames_stay_under_the
     """The worst case for memory: every peer sends garbage frames of the largest size
     the watcher takes, over more connections than it keeps open at once, while the
     reader takes nothing for 3 s (so zmq's queues fill to whatever bounds them: main
-    before the cap peaked at 666 MB here; with it, 181 MB)."""
+    before the cap peaked at 666 MB here; with it, 63-94 MB)."""
     got = flood("--peers", "300", "--seconds", "2", "--stall", "3", "--mix", "big",
                 "--settle", "1.5", "--min-rejected", "500")
     assert got["peak_mb"] < CEILING_MB, got
     assert got["end_mb"] < CEILING_MB, got
-    assert got["turned_away"] > 0  # the cap was reached and held
-    assert got["evicted"] > 0 and got["frames"] == 0
+    assert got["evicted"] > 0 and got["frames"] == 0  # garbage senders lost their connections
