@@ -45,9 +45,17 @@ def test_past_the_cap_a_new_peer_gets_no_connection_and_the_first_keep_theirs(so
     server = Server(addr, lambda b, raw: got.append(b.rank), lambda *a: None, max_connections=2).start()
     clients = [Client(addr, identity=f"rank{r}".encode()) for r in range(4)]
     try:
-        time.sleep(0.5)  # every one of them tries
-        took = [c.send(encode_batch(r, [hello(r)])) for r, c in enumerate(clients)]
-        assert took.count(True) == 2 and server.turned_away >= 2  # and they keep trying
+        assert wait_for(lambda: server.turned_away >= 2, timeout=10)
+        took = [False] * 4
+
+        def send_all() -> int:
+            for r, c in enumerate(clients):
+                took[r] = took[r] or c.send(encode_batch(r, [hello(r)]))
+            return sum(took)
+
+        assert wait_for(lambda: send_all() == 2, timeout=10)
+        time.sleep(0.3)
+        assert send_all() == 2  # no third one gets in
         assert wait_for(lambda: sorted(got) == [r for r, t in enumerate(took) if t])
         assert len(server.conns.open) == 2
     finally:
