@@ -355,12 +355,12 @@ class Model:
             if self.flows and not self.shed:
                 self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
                                     root=s.root, members=members)
-            self._stat(s.op, s.group).add(nbytes, None if self.shed else e.t - s.t, bool(e.error))
+            self._stat(s.op, s.group).add(nbytes, None if self.shed else op_time_ns(e, s), bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
             if pair is not None and not self.shed:
                 self._note_p2p_desync(pair)
             return
-        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
+        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error, device_time_ns(e))
         if self.flows and not self.shed:
             self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
                                 members=members, arrived=inst.last_arrival)
@@ -434,8 +434,9 @@ class Model:
         st = stats.get((inst.op, inst.group))
         if st is None:
             st = stats[(inst.op, inst.group)] = OpStats()
-        # The instance's time is the shortest rank-side duration: the last rank to
-        # arrive waits for nobody, so its time is the transfer itself.
+        # The instance's time is the shortest rank-side duration (device time where
+        # measured, `device_time_ns`): the last rank to arrive waits for nobody, so its
+        # time is the transfer itself.
         dur = min(inst.durations.values()) if inst.durations else None
         # Shedding detail (model/overload.py): counted and sized, not timed.
         st.add(inst.bytes, None if self.shed else dur, error=inst.errors > 0 and dur is None)
@@ -601,6 +602,23 @@ class Model:
                 }
             )
         return rows
+
+
+def device_time_ns(e: OpEnd) -> int | None:
+    """The duration an op's statistics use, where it is not the host's: its GPU time
+    where the probe measured one (CUDA events around the op on its stream: no queueing
+    behind earlier kernels, no poll latency); None for a captured op, which ran nothing
+    when it was issued (it runs at each graph replay): untimed; -1 otherwise, host time
+    from the call to the end the probe saw."""
+    if e.device_ns >= 0:
+        return e.device_ns
+    return None if e.captured else -1
+
+
+def op_time_ns(e: OpEnd, s: OpStart) -> int | None:
+    """`device_time_ns`, with host time for -1."""
+    d = device_time_ns(e)
+    return e.t - s.t if d == -1 else d
 
 
 _P2P: dict[str, bool] = {}  # op name -> is it point-to-point (names come from the wire: capped)
