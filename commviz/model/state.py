@@ -20,6 +20,7 @@ from commviz.events import (
     Goodbye,
     GroupDef,
     Hello,
+    HostTopology,
     Mark,
     OpEnd,
     OpStart,
@@ -42,6 +43,8 @@ from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracke
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
+# Hosts whose GPU topology document is kept (one per host, sent by its local rank 0).
+MAX_HOST_TOPOLOGIES = 4096
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
@@ -166,6 +169,11 @@ class Model:
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
+        # host -> its GPU topology document as its local rank 0 sent it (plain data,
+        # `commviz topo --json`'s shape); the dashboard reads it (`topo.hosts`), and
+        # `topology_version` says when one changed
+        self.host_topologies: dict[str, dict] = {}
+        self.topology_version = 0
         self.done_ops: list[PairedOp] = []  # with keep_ops
         self.events = 0
         self.orphan_ends = 0
@@ -242,6 +250,8 @@ class Model:
         elif isinstance(ev, Audit):
             inflight = [(f.start.group, f.start.t) for f in r.inflight.values()]
             r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
+        elif isinstance(ev, HostTopology):
+            self._host_topology(ev)
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
@@ -312,6 +322,16 @@ class Model:
         for key, inst in list(self.pending.items()):
             if key[0] == g.group and members and len(inst.ended) >= members:
                 self._complete(inst)
+
+    def _host_topology(self, ev: HostTopology) -> None:
+        """Kept as sent: a resync sends the same document again, and a host past the
+        cap is shown as one that sent nothing."""
+        docs = self.host_topologies
+        if docs.get(ev.host) == ev.document:
+            return
+        if ev.host in docs or len(docs) < MAX_HOST_TOPOLOGIES:
+            docs[ev.host] = ev.document
+            self.topology_version += 1
 
     def _start(self, r: RankState, s: OpStart) -> None:
         if s.id in r.seen_ids:
