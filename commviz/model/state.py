@@ -43,8 +43,10 @@ from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracke
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
-# Hosts whose GPU topology document is kept (one per host, sent by its local rank 0).
+# Hosts whose GPU topology document is kept (one per host, sent by its local rank 0),
+# and the GPUs a document may list (a host has a handful; more is not a host's).
 MAX_HOST_TOPOLOGIES = 4096
+MAX_HOST_GPUS = 64
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
@@ -325,9 +327,10 @@ class Model:
 
     def _host_topology(self, ev: HostTopology) -> None:
         """Kept as sent: a resync sends the same document again, and a host past the
-        cap is shown as one that sent nothing."""
+        cap, or a document that is not a host's, is shown as one that sent nothing."""
         docs = self.host_topologies
-        if docs.get(ev.host) == ev.document:
+        gpus = ev.document.get("gpus")
+        if not isinstance(gpus, list) or len(gpus) > MAX_HOST_GPUS or docs.get(ev.host) == ev.document:
             return
         if ev.host in docs or len(docs) < MAX_HOST_TOPOLOGIES:
             docs[ev.host] = ev.document

@@ -104,6 +104,14 @@ def test_the_model_keeps_one_document_per_host_and_a_resend_changes_nothing():
     assert hosts.for_host("c") is None
 
 
+def test_a_document_that_is_not_a_hosts_is_not_kept():
+    m = two_host_job().model
+    v = m.topology_version
+    m.ingest(4, HostTopology(WALL0, "c", {"gpus": [{"index": i} for i in range(1000)]}))
+    m.ingest(4, HostTopology(WALL0, "c", {"gpus": "all of them"}))
+    assert "c" not in m.host_topologies and m.topology_version == v
+
+
 def test_a_document_with_gpus_out_of_order_is_counted_and_not_used():
     doc = B.to_document()
     doc["gpus"] = doc["gpus"][::-1]
