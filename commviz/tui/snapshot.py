@@ -97,12 +97,14 @@ def gpu_index(hello, topology) -> int | None:
 def fabric_label(topology) -> str | None:
     if topology is None or not topology.gpus:
         return None
-    remotes = {lk.remote for g in topology.gpus for lk in g.up_links}
-    if "nvswitch" in remotes:
-        return "NVSwitch"
-    if "gpu" in remotes:
-        return "NVLink+PCIe"
-    return "PCIe"
+    gpu_links = False
+    for g in topology.gpus:  # once per host per snapshot: stop at the first switch link
+        for lk in g.links:
+            if lk.up:
+                if lk.remote == "nvswitch":
+                    return "NVSwitch"
+                gpu_links = gpu_links or lk.remote == "gpu"
+    return "NVLink+PCIe" if gpu_links else "PCIe"
 
 
 def model_info(m) -> dict:
