@@ -113,16 +113,20 @@ try:
     cu.cuStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
     cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
     a = torch.randn(4096, 4096, device=dev)
-    z = torch.zeros(16, device=dev)
     cap_stream = torch.cuda.Stream(device=dev)
     torch.cuda.synchronize()
-    began, result = threading.Event(), {}
+    result = {}
+    from commviz.probe import patch as _patch
+
+    _side = _patch._probe.cuda_side if _patch._probe is not None else None
 
     def other_library():
+        torch.cuda.set_device(dev)  # the stream's context current on this thread, before the capture
         h = ctypes.c_void_p(cap_stream.cuda_stream)  # captures nothing: only its validity counts
         rc = cu.cuStreamBeginCapture_v2(h, 0)  # CU_STREAM_CAPTURE_MODE_GLOBAL
         result["begin"] = rc
-        began.set()
+        poller = _side.poller if _side is not None else None
+        result["pending"] = len(poller.pending) if poller is not None else -1  # ops it polls during the capture
         if rc == 0:
             _time.sleep(0.2)  # the probe polls the pending all_reduce meanwhile
             graph = ctypes.c_void_p()
@@ -137,8 +141,11 @@ try:
     th = threading.Thread(target=other_library)
     th.start()
     th.join(10)
-    raw_capture = ("valid" if result.get("end") == 0 else
-                   f"begin {result.get('begin')}, end {result.get('end')} (901: invalidated)")
+    if result.get("pending", 0) <= 0:
+        raw_capture = "not tried: the all_reduce was done before the capture began (a faster GPU: more matmuls)"
+    else:
+        raw_capture = ("valid" if result.get("end") == 0 else
+                       f"begin {result.get('begin')}, end {result.get('end')} (901: invalidated)")
     torch.cuda.synchronize()
 except Exception as exc:
     raw_capture = f"not tried: {type(exc).__name__}: {exc}"[:300]
