@@ -10,7 +10,9 @@
 # 4. tests/gpu: every op family on NCCL, world size 1, under `commviz record`: exact
 #    counts and bytes, CUDA-event device time on every CUDA op, a captured collective
 #    marked captured, no synchronizing call from the probe (torch's sync debug mode),
-#    the GPU named without set_device, the host topology sent;
+#    the GPU named without set_device, the host topology sent, the probe's CUDA thread
+#    in thread-local capture mode and a raw global-mode capture on another thread
+#    left valid by its polls;
 # 5. bench/nccl_launch.py: the host time the probe adds to an NCCL all_reduce launch.
 # Every step has its own time limit; the figures are the lines starting with "==>".
 set -uo pipefail

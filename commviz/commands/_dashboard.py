@@ -47,9 +47,12 @@ def run_app(feed, title: str, job=None, topology=None, simulate: bool = False) -
     """The dashboard until the user quits; then the job (if we launched one) is
     interrupted and the feed closed. `simulate`: the user chose `topology`, so CPU
     ranks are shown on its GPUs."""
+    from commviz.topo.hosts import HostTopologies
     from commviz.tui.app import WatchApp
 
-    app = WatchApp(feed, title=title, topology=topology, simulate=simulate)
+    # each host's ranks on the topology its local rank 0 sent; `topology` (this
+    # machine's NVML view, or the preset asked for) where a host sent none
+    app = WatchApp(feed, title=title, topology=topology, simulate=simulate, hosts=HostTopologies(local=topology))
     try:
         app.run()
     finally:

@@ -20,6 +20,7 @@ from commviz.events import (
     Goodbye,
     GroupDef,
     Hello,
+    HostTopology,
     Mark,
     OpEnd,
     OpStart,
@@ -42,6 +43,10 @@ from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracke
 # Completed collective instances kept for per-instance views; older ones only live on
 # in the aggregated statistics.
 RECENT_MARKS = 1000
+# Hosts whose GPU topology document is kept (one per host, sent by its local rank 0),
+# and the GPUs a document may list (a host has a handful; more is not a host's).
+MAX_HOST_TOPOLOGIES = 4096
+MAX_HOST_GPUS = 64
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
@@ -166,6 +171,11 @@ class Model:
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
+        # host -> its GPU topology document as its local rank 0 sent it (plain data,
+        # `commviz topo --json`'s shape); the dashboard reads it (`topo.hosts`), and
+        # `topology_version` says when one changed
+        self.host_topologies: dict[str, dict] = {}
+        self.topology_version = 0
         self.done_ops: list[PairedOp] = []  # with keep_ops
         self.events = 0
         self.orphan_ends = 0
@@ -242,6 +252,8 @@ class Model:
         elif isinstance(ev, Audit):
             inflight = [(f.start.group, f.start.t) for f in r.inflight.values()]
             r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
+        elif isinstance(ev, HostTopology):
+            self._host_topology(ev)
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED
@@ -313,6 +325,17 @@ class Model:
             if key[0] == g.group and members and len(inst.ended) >= members:
                 self._complete(inst)
 
+    def _host_topology(self, ev: HostTopology) -> None:
+        """Kept as sent: a resync sends the same document again, and a host past the
+        cap, or a document that is not a host's, is shown as one that sent nothing."""
+        docs = self.host_topologies
+        gpus = ev.document.get("gpus")
+        if not isinstance(gpus, list) or len(gpus) > MAX_HOST_GPUS or docs.get(ev.host) == ev.document:
+            return
+        if ev.host in docs or len(docs) < MAX_HOST_TOPOLOGIES:
+            docs[ev.host] = ev.document
+            self.topology_version += 1
+
     def _start(self, r: RankState, s: OpStart) -> None:
         if s.id in r.seen_ids:
             self.duplicates += 1  # resent after a reconnect
@@ -355,12 +378,12 @@ class Model:
             if self.flows and not self.shed:
                 self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), peer=peer,
                                     root=s.root, members=members)
-            self._stat(s.op, s.group).add(nbytes, None if self.shed else e.t - s.t, bool(e.error))
+            self._stat(s.op, s.group).add(nbytes, None if self.shed else op_time_ns(e, s), bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
             if pair is not None and not self.shed:
                 self._note_p2p_desync(pair)
             return
-        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error)
+        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error, device_time_ns(e))
         if self.flows and not self.shed:
             self.traffic.op_end(r.rank, s.op, nbytes, fl.t_wall, end_wall, failed=bool(e.error), root=s.root,
                                 members=members, arrived=inst.last_arrival)
@@ -434,8 +457,9 @@ class Model:
         st = stats.get((inst.op, inst.group))
         if st is None:
             st = stats[(inst.op, inst.group)] = OpStats()
-        # The instance's time is the shortest rank-side duration: the last rank to
-        # arrive waits for nobody, so its time is the transfer itself.
+        # The instance's time is the shortest rank-side duration (device time where
+        # measured, `device_time_ns`): the last rank to arrive waits for nobody, so its
+        # time is the transfer itself.
         dur = min(inst.durations.values()) if inst.durations else None
         # Shedding detail (model/overload.py): counted and sized, not timed.
         st.add(inst.bytes, None if self.shed else dur, error=inst.errors > 0 and dur is None)
@@ -601,6 +625,23 @@ class Model:
                 }
             )
         return rows
+
+
+def device_time_ns(e: OpEnd) -> int | None:
+    """The duration an op's statistics use, where it is not the host's: its GPU time
+    where the probe measured one (CUDA events around the op on its stream: no queueing
+    behind earlier kernels, no poll latency); None for a captured op, which ran nothing
+    when it was issued (it runs at each graph replay): untimed; -1 otherwise, host time
+    from the call to the end the probe saw."""
+    if e.device_ns >= 0:
+        return e.device_ns
+    return None if e.captured else -1
+
+
+def op_time_ns(e: OpEnd, s: OpStart) -> int | None:
+    """`device_time_ns`, with host time for -1."""
+    d = device_time_ns(e)
+    return e.t - s.t if d == -1 else d
 
 
 _P2P: dict[str, bool] = {}  # op name -> is it point-to-point (names come from the wire: capped)

@@ -112,15 +112,20 @@ class Tracker:
                 inst.last_arrival = fl.t_wall
         return inst
 
-    def leave(self, rank: int, fl: InFlight, end_wall: int, nbytes: int, error: str) -> Instance:
+    def leave(self, rank: int, fl: InFlight, end_wall: int, nbytes: int, error: str,
+              duration_ns: int | None = -1) -> Instance:
+        """`duration_ns`: the rank's time in the op (device time where measured; None:
+        untimed, a captured op); -1, the host time from its start to `end_wall`."""
         inst = self.enter(rank, fl)  # its start may predate the instance (backlog order)
         inst.bytes = max(inst.bytes, nbytes)
         inst.ended.add(rank)
         if error:
             inst.errors += 1
             inst.failed[rank] = (end_wall, error)
+        elif duration_ns is None:
+            pass
         else:
-            inst.durations[rank] = end_wall - fl.t_wall
+            inst.durations[rank] = duration_ns if duration_ns >= 0 else end_wall - fl.t_wall
         return inst
 
     # ------------------------------------------------------------------- p2p

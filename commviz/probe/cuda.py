@@ -10,9 +10,19 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
   point in time: it runs at every replay, and querying it fails
   (`cudaErrorCapturedEvent`). An op on a capturing stream gets no event and is
   reported as captured. A query landing while another thread captures in the
-  default "global" mode invalidates that capture (PyTorch #104555; torch has no
-  Python call for the thread-local capture mode its watchdog uses), so the poller
-  holds off while any capture begun through `torch.cuda.CUDAGraph` is open.
+  default "global" mode invalidates that capture (PyTorch #104555): the CUDA
+  runtime forbids "potentially unsafe" calls on a thread in global mode while any
+  other thread has a global capture open. PyTorch's watchdog puts its query in
+  thread-local mode (C++ `CUDAStreamCaptureModeGuard`); torch binds no Python call
+  for that (`torch.cuda.cudart()` has the profiler, host registration, streams and
+  memory info, not `cudaThreadExchangeStreamCaptureMode`), so the poller sets its
+  own thread to thread-local mode through the driver (`cuThreadExchangeStreamCaptureMode`
+  in libcuda, which every CUDA process has loaded) before its first query: the
+  mode belongs to the calling thread, and this thread never captures, so captures
+  begun anywhere else, by `torch.cuda.graph` or by raw stream capture in another
+  library, are left alone. Where the driver call is not there or fails, the poller
+  falls back to holding off while a capture begun through `torch.cuda.CUDAGraph` is
+  open (captures begun by other means are then not guarded).
 - Device time comes from two timing events on the tensor's device's current stream,
   one before the op and one after it (a sync NCCL op makes that stream wait for the
   NCCL stream; an async op's future callback runs on a stream that waits for it),
@@ -28,6 +38,33 @@ import threading
 import time
 
 from commviz.events import end_record
+
+# CUstreamCaptureMode / cudaStreamCaptureMode
+CAPTURE_GLOBAL, CAPTURE_THREAD_LOCAL, CAPTURE_RELAXED = 0, 1, 2
+
+
+def driver_capture_mode():
+    """The CUDA driver's `cuThreadExchangeStreamCaptureMode` as `(mode) -> (result,
+    previous mode)` for the calling thread, or a string saying why it is not there.
+    The runtime's `cudaThreadExchangeStreamCaptureMode` (what PyTorch's C++ guard
+    calls) forwards to it; the driver is one library per process, whichever CUDA
+    runtime torch was built with."""
+    import ctypes
+    import sys
+
+    name = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+    try:
+        fn = ctypes.CDLL(name).cuThreadExchangeStreamCaptureMode
+    except (OSError, AttributeError) as exc:
+        return f"{name}: {exc}"
+    fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
+    fn.restype = ctypes.c_int
+
+    def exchange(mode: int) -> tuple[int, int]:
+        m = ctypes.c_int(mode)
+        return fn(ctypes.byref(m)), m.value
+
+    return exchange
 
 class CudaCall:
     """What the caller's thread learnt about a CUDA op before it ran (truthy)."""
@@ -256,6 +293,10 @@ class CudaPoller:
         self._wake = threading.Event()
         self._stop_at: float | None = None
         self._dev: int | None = None  # the device this thread has set
+        # "thread_local" once this thread's capture mode is set (its queries are then
+        # safe during any other thread's capture), else why not: polls then hold off
+        # during CUDAGraph captures
+        self.capture_mode = ""
         self.thread = threading.Thread(target=self._run, name="commviz-cuda", daemon=True)
 
     def start(self) -> None:
@@ -277,8 +318,28 @@ class CudaPoller:
         if self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(grace_s + 0.5)
 
+    def _thread_local_capture_mode(self) -> bool:
+        """Set this thread's stream capture mode to thread-local, once, before any
+        query (the mode stays with the thread). False, with the reason kept in
+        `capture_mode`, where the driver has no such call or refuses it."""
+        try:
+            exchange = driver_capture_mode()
+            if isinstance(exchange, str):
+                self.capture_mode = f"unavailable: {exchange}"
+                return False
+            rc, _ = exchange(CAPTURE_THREAD_LOCAL)
+        except Exception as exc:
+            self.capture_mode = f"unavailable: {error_text(exc)}"
+            return False
+        if rc != 0:
+            self.capture_mode = f"unavailable: cuThreadExchangeStreamCaptureMode returned {rc}"
+            return False
+        self.capture_mode = "thread_local"
+        return True
+
     def _run(self) -> None:
         side = self.side
+        safe = self._thread_local_capture_mode()
         while True:
             stopping = self._stop_at is not None
             if stopping and (not self.pending or time.monotonic() >= self._stop_at):
@@ -288,7 +349,9 @@ class CudaPoller:
                 self._wake.clear()
                 continue
             try:
-                if side.captures == 0:
+                if safe:
+                    self.poll_once()
+                elif side.captures == 0:
                     with side.capture_lock:
                         if side.captures == 0:
                             self.poll_once()

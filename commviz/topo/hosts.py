@@ -17,11 +17,29 @@ class HostTopologies:
         self.local = local  # what the watcher was given: its NVML view, or a preset
         self.by_host: dict[str, Topology] = {}
         self.bad = 0  # documents that could not be read (counted, never raised)
+        self.version = -1  # the model's topology_version last synced
+        self._docs: dict[str, dict] = {}  # the document each host's topology was read from
+
+    def sync(self, documents: dict[str, dict], version: int) -> None:
+        """Take the model's documents (`Model.host_topologies`) when they changed
+        (`Model.topology_version`): read under the feed's lock, parsed once per host
+        and document, not per snapshot."""
+        if version == self.version:
+            return
+        self.version = version
+        for host, doc in documents.items():
+            if self._docs.get(host) is not doc:
+                self._docs[host] = doc
+                self.add(host, doc)
 
     def add(self, host: str, document: dict) -> None:
         try:
-            self.by_host[host] = Topology.from_document(document)
+            t = Topology.from_document(document)
+            if [g.index for g in t.gpus] != list(range(len(t.gpus))):
+                raise ValueError("GPU indices are not 0..n-1 in order")  # links are looked up by position
+            self.by_host[host] = t
         except Exception:
+            self.by_host.pop(host, None)
             self.bad += 1
 
     def for_host(self, host: str) -> Topology | None:

@@ -5,7 +5,13 @@ Streams: the trace is read in bounded memory (`trace.stream`) and rows go out in
 row groups, so the export of a day of trace needs no more memory than an hour's.
 Times are wall-clock ns (each rank's stamps plus its hello offset, as everywhere);
 `busbw_factor` is nccl-tests' factor for the op's group size (`ops.busbw_factor`),
-so busbw = bytes / duration_ns * busbw_factor in GB/s. An op that never ended has
+so busbw = bytes / duration_ns * busbw_factor in GB/s. `duration_ns` is host time
+(call to the end the probe saw); a CUDA op also has `device_ns`, its GPU time from
+CUDA events around it on its stream, which `summary` uses where present:
+`coalesce(device_ns, duration_ns)` over rows not `captured` is the time summary
+times an op by (`enqueue_ns`: the host time the call took to return; `captured`:
+recorded into a CUDA graph, nothing ran then).
+An op that never ended has
 no end and no duration, and `error` "unfinished". pyarrow is an optional extra
 (`pip install 'commviz[parquet]'`).
 """
@@ -22,7 +28,7 @@ from commviz.model.state import SeenIds
 ROW_BUDGET = 262_144  # rows held across all ranks before the biggest buffers are written
 
 COLUMNS = ("rank", "host", "op", "group", "group_size", "seq", "bytes", "dtype", "peer", "root", "reduce_op",
-           "t_start_ns", "t_end_ns", "duration_ns", "error", "busbw_factor")
+           "t_start_ns", "t_end_ns", "duration_ns", "error", "busbw_factor", "device_ns", "enqueue_ns", "captured")
 
 
 class MissingPyarrow(ImportError):
@@ -38,7 +44,8 @@ def _schema():
     return pa.schema([("rank", i64), ("host", s), ("op", s), ("group", s), ("group_size", i64), ("seq", i64),
                       ("bytes", i64), ("dtype", s), ("peer", i64), ("root", i64), ("reduce_op", s),
                       ("t_start_ns", i64), ("t_end_ns", i64), ("duration_ns", i64), ("error", s),
-                      ("busbw_factor", pa.float64())])
+                      ("busbw_factor", pa.float64()), ("device_ns", i64), ("enqueue_ns", i64),
+                      ("captured", pa.bool_())])
 
 
 class _Rank:
@@ -87,7 +94,10 @@ class ParquetExport:
         peer = e.peer if e is not None and e.peer >= 0 else s.peer
         r.rows.append((r.rank, r.host, s.op, s.group, n, s.seq, nbytes, s.dtype, peer, s.root, s.reduce_op, t0, t1,
                        None if t1 is None else t1 - t0, "unfinished" if e is None else e.error,
-                       opcat.busbw_factor(s.op, n)))
+                       opcat.busbw_factor(s.op, n),
+                       e.device_ns if e is not None and e.device_ns >= 0 else None,
+                       e.enqueue_ns if e is not None and e.enqueue_ns >= 0 else None,
+                       e is not None and e.captured))
         self.held += 1
         if self.held >= ROW_BUDGET:
             for big in sorted(self.ranks.values(), key=lambda x: -len(x.rows))[: max(1, len(self.ranks) // 4)]:

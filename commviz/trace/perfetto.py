@@ -10,7 +10,8 @@ the same ones `summary` and `replay` give.
 
 Slices on one track must nest, so ops of a rank and group that overlap in time
 (isend beside irecv, async collectives in flight together) go on extra tracks of
-that group, "group G · lane k", sorted under it. Times are microseconds since the
+that group, "group G · lane k", sorted under it. A slice spans host time (call to
+the end the probe saw); a CUDA op's GPU time is its `device_us` argument. Times are microseconds since the
 trace's first whole second (`otherData.origin_wall_ns`): wall-clock microseconds
 since 1970 are too big for a double to keep nanoseconds, and slices that touch would
 seem to overlap."""
@@ -19,6 +20,10 @@ from __future__ import annotations
 
 from commviz.model.state import Model, PairedOp
 from commviz.trace.lanes import assign_lanes
+
+
+SLICE_TIME = ("host: a slice runs from the call to when the probe saw the op end; "
+              "args.device_us is the GPU time (CUDA events on the op's stream), which summary uses where present")
 
 
 def to_chrome_trace(model: Model) -> dict:
@@ -37,7 +42,8 @@ def to_chrome_trace(model: Model) -> dict:
     events += _slices(ops, origin)
     for t, rank, text in instants:
         events.append({"ph": "i", "pid": rank, "tid": 0, "s": "p", "name": text, "ts": _us(t - origin)})
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"origin_wall_ns": origin}}
+    return {"traceEvents": events, "displayTimeUnit": "ms",
+            "otherData": {"origin_wall_ns": origin, "slice_time": SLICE_TIME}}
 
 
 def _slices(ops: list[PairedOp], origin: int) -> list[dict]:
@@ -79,6 +85,16 @@ def _slice(p: PairedOp, tid: int, origin: int) -> dict:
         args["unfinished"] = "never ended in this trace"
     elif e.error:
         args["error"] = e.error
+    if e is not None:
+        # The slice spans host time (call to the end the probe saw), so slices line up
+        # with marks and other ranks; the GPU's own time, which summary's p50 and
+        # busbw use where it is known, is an argument.
+        if e.device_ns >= 0:
+            args["device_us"] = _us(e.device_ns)
+        if e.enqueue_ns >= 0:
+            args["enqueue_us"] = _us(e.enqueue_ns)
+        if e.captured:
+            args["captured"] = "recorded into a CUDA graph: runs at each replay"
     return {"ph": "X", "pid": p.rank, "tid": tid, "name": f"{s.op} #{s.seq}", "cat": s.op,
             "ts": _us(p.t0 - origin), "dur": _us(max(0, p.t1 - p.t0)), "args": args}
 

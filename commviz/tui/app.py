@@ -54,7 +54,9 @@ class WatchApp(App):
     `topology`: a `commviz.topo.Topology` (from `--topology` or NVML) to lay GPUs out
     by and to know link capacities; None draws what the hellos say. `simulate`: the
     user chose it, so ranks without a GPU are shown on its GPUs (the title says
-    "simulated"). `clock`: monotonic
+    "simulated"). `hosts` (`topo.hosts.HostTopologies`, which `commands` hand in):
+    each host's ranks on the topology that host sent, `topology` only where it
+    describes the host; without it every host is taken to be `topology`. `clock`: monotonic
     seconds for the animation (tests pass a fake one); `animate=False` starts with the
     animation clock stopped at `t_anim` (snapshot tests)."""
 
@@ -88,7 +90,7 @@ class WatchApp(App):
 
     def __init__(self, feed: Feed, title: str = "commviz", refresh_hz: float = 4, anim_hz: float = 20,
                  topology=None, clock=None, animate: bool = True, t_anim: float = 0.0,
-                 table_every: int = 2, simulate: bool = False) -> None:
+                 table_every: int = 2, simulate: bool = False, hosts=None) -> None:
         super().__init__()
         import time
 
@@ -98,6 +100,7 @@ class WatchApp(App):
         self.refresh_hz = refresh_hz
         self.anim_hz = anim_hz
         self.topology = topology
+        self.hosts = hosts  # which topology each host's ranks sit on (see snapshot.take_snapshot)
         self._clock = clock or time.monotonic
         self._animate = animate
         self._t_anim0 = t_anim
@@ -199,7 +202,7 @@ class WatchApp(App):
 
     def _fetch(self, force: bool = False) -> Fetched:
         return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force, self.simulate,
-                     summary_unless=None if self.replay else self._summary_events)
+                     summary_unless=None if self.replay else self._summary_events, hosts=self.hosts)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
         try:

@@ -44,6 +44,9 @@ class Snapshot:
     ended: bool = False  # every rank that said hello has exited or died
     summary: dict | None = None  # the job's summary document, once it ended (see `take_snapshot`)
     simulated: bool = False  # CPU ranks are shown on the topology's GPUs
+    # host -> the GPU topology its ranks are drawn and linked on (its own document,
+    # else the watcher's view where that describes it): the links panel reads it
+    topologies: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,16 +63,17 @@ class Fetched:
 
 
 def fetch(feed, focus: int | None, topology, frozen: bool, simulate: bool = False,
-          summary_unless: int | None = None) -> Fetched:
+          summary_unless: int | None = None, hosts=None) -> Fetched:
     """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
-    only the headline numbers for the status line). `summary_unless`: see `take_snapshot`."""
+    only the headline numbers for the status line). `summary_unless`, `hosts`: see
+    `take_snapshot`."""
     feed.advance()
     now = feed.now_ns()
     t0 = time.perf_counter()
     with feed.lock:
         t1 = time.perf_counter()
         snap = None if frozen else take_snapshot(feed.model, now, focus, topology, simulate=simulate,
-                                                 summary_unless=summary_unless)
+                                                 summary_unless=summary_unless, hosts=hosts)
         info = model_info(feed.model) if snap is None else snap.info
     t2 = time.perf_counter()
     if snap is not None:
@@ -93,12 +97,14 @@ def gpu_index(hello, topology) -> int | None:
 def fabric_label(topology) -> str | None:
     if topology is None or not topology.gpus:
         return None
-    remotes = {lk.remote for g in topology.gpus for lk in g.up_links}
-    if "nvswitch" in remotes:
-        return "NVSwitch"
-    if "gpu" in remotes:
-        return "NVLink+PCIe"
-    return "PCIe"
+    gpu_links = False
+    for g in topology.gpus:  # once per host per snapshot: stop at the first switch link
+        for lk in g.links:
+            if lk.up:
+                if lk.remote == "nvswitch":
+                    return "NVSwitch"
+                gpu_links = gpu_links or lk.remote == "gpu"
+    return "NVLink+PCIe" if gpu_links else "PCIe"
 
 
 def model_info(m) -> dict:
@@ -122,12 +128,33 @@ def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: b
     return Place(host, gpu), False
 
 
+class OneTopology:
+    """Every host on the one topology given (no per-host documents): for callers
+    that hand in no `hosts`."""
+
+    def __init__(self, topology) -> None:
+        self.topology = topology
+
+    def sync(self, documents: dict, version: int) -> None:
+        pass
+
+    def for_host(self, host: str):
+        return self.topology
+
+
 def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH,
-                  simulate: bool = False, summary_unless: int | None = None) -> Snapshot:
+                  simulate: bool = False, summary_unless: int | None = None, hosts=None) -> Snapshot:
     """Call with the feed's lock held. `simulate`: CPU ranks on the topology's GPUs.
     With `summary_unless` (a live dashboard: the model's event count when it last got a
     summary, -1 for never), a job that has ended and has news since gets its summary
-    document, as `commviz summary` reads it (the model's own clock)."""
+    document, as `commviz summary` reads it (the model's own clock).
+
+    `hosts` says which topology each host's ranks sit on (`topo.hosts.HostTopologies`:
+    the host's own document, which its local rank 0 sent, else `topology` where that
+    describes the host); without it every host is taken to be `topology`."""
+    if hosts is None:
+        hosts = OneTopology(topology)
+    hosts.sync(m.host_topologies, m.topology_version)
     snap = Snapshot(now=now, info=model_info(m), focus=focus)
     found = m.findings(now)  # once per snapshot: the rows and the alerts share it
     rank_rows = m.rank_rows(now, found)
@@ -152,25 +179,35 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     for d in diagnoses:
         if d.kind.names_missing:
             waits += [(w, g) for w in d.waiting_ranks for g in d.missing_ranks][:256]
-    fabric = fabric_label(topology)
-    hosts: dict[str, str] = {}
+    topologies = snap.topologies
+    fabrics: dict[str, str] = {}
     nodes = []
     for row in rank_rows:
         r = m.ranks[row["rank"]]
-        place, simulated = place_of(row["rank"], row["host"], r.hello, m.world_size or len(m.ranks), topology,
-                                    simulate)
+        t = topologies[row["host"]] = _topology_of(hosts, topologies, row["host"])
+        place, simulated = place_of(row["rank"], row["host"], r.hello, m.world_size or len(m.ranks), t, simulate)
         host, gpu = place.host, place.gpu
+        if simulated:
+            topologies[host] = _topology_of(hosts, topologies, host)
         snap.simulated |= simulated
         snap.places[row["rank"]] = place
         nodes.append(FlowNode(row["rank"], host, gpu, row["status"], row["op"].partition("#")[0]))
-        if fabric and gpu is not None:
-            hosts[host] = fabric
+        if gpu is not None and host not in fabrics:
+            fabric = fabric_label(topologies[host])
+            if fabric:
+                fabrics[host] = fabric
         if r.sample:
             snap.samples[host] = dict(r.sample)
     banner, alert = _banner(diagnoses, rates, snap.tp_rate, nodes)
-    snap.flow = FlowData(nodes=nodes, rates=rates, recent=recent, fabric=hosts, banner=banner, alert=alert,
+    snap.flow = FlowData(nodes=nodes, rates=rates, recent=recent, fabric=fabrics, banner=banner, alert=alert,
                          waits=waits[:256])
     return snap
+
+
+def _topology_of(hosts, seen: dict, host: str):
+    if host in seen:
+        return seen[host]
+    return hosts.for_host(host)
 
 
 def _banner(diagnoses: list[Diagnosis], rates: dict, tp_rate: tuple[float, float], nodes: list[FlowNode]) -> tuple[str, bool]:

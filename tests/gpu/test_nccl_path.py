@@ -64,6 +64,17 @@ def test_the_captured_collective_is_marked_captured(job):
     assert sum(1 for e in events if isinstance(e, OpEnd) and e.captured) == 1
 
 
+def test_the_probes_queries_leave_another_librarys_global_capture_valid(job):
+    """The probe's CUDA thread runs in thread-local capture mode (the driver's
+    cuThreadExchangeStreamCaptureMode): its polls during a raw global-mode capture on
+    another thread must not invalidate it."""
+    expected, _, _ = job
+    assert expected["capture_mode"] == "thread_local"
+    if expected["raw_capture"].startswith("not tried"):
+        pytest.skip(expected["raw_capture"])
+    assert expected["raw_capture"] == "valid"
+
+
 def test_the_probe_never_synchronizes_the_device(job):
     expected, _, _ = job
     ours = [w for w in expected["sync_warnings"] if os.sep + "commviz" + os.sep in w["file"]]

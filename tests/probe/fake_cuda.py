@@ -8,8 +8,13 @@ ProcessGroupNCCL.cpp):
   guards the stream's device itself.
 - Each thread has a current stream per device (the default one until changed).
 - An event recorded on a capturing stream is captured: querying it raises, as
-  `cudaErrorCapturedEvent` does. A query from another thread while a capture in the
-  "global" mode is open invalidates that capture.
+  `cudaErrorCapturedEvent` does. Each thread has a stream capture mode, "global"
+  until it exchanges it (the driver's `cuThreadExchangeStreamCaptureMode`,
+  `exchange_capture_mode` here): a query from a thread in global mode while another
+  thread has a global-mode capture open invalidates that capture; a thread in
+  thread-local or relaxed mode is not affected by other threads' captures. Captures
+  begin through `torch.cuda.CUDAGraph` or by raw stream capture (`raw_capture_begin`,
+  as another library calling `cudaStreamBeginCapture` does).
 - Streams run only when the test says so: `stream.run(at_ms)` completes everything
   recorded on it so far, at that device time; `elapsed_time` is the difference.
 - A Work on a device: `is_completed()` queries (needs the device), is also true when
@@ -58,7 +63,7 @@ class FakeCuda:
         self._tls = threading.local()
         self.violations: list[str] = []
         self.default = {d: Stream(self, d) for d in range(n)}
-        self.open_captures: list[tuple[int, Stream]] = []  # (thread ident, stream)
+        self.open_captures: list[tuple[int, Stream, str]] = []  # (thread ident, stream, mode)
         self.invalidated: list[str] = []
         self.queries = 0
         self.Event = _event_class(self)
@@ -117,13 +122,30 @@ class FakeCuda:
     # torch.cuda.CUDAGraph's C++ base (a dummy class in the CPU wheel) does this:
     def graph_begin(self, graph, pool=None, capture_error_mode: str = "global") -> None:
         graph.fake_stream = self.current_stream()
-        graph.fake_stream.capturing = True
-        if capture_error_mode == "global":
-            self.open_captures.append((threading.get_ident(), graph.fake_stream))
+        self.raw_capture_begin(graph.fake_stream, capture_error_mode)
 
     def graph_end(self, graph) -> None:
-        graph.fake_stream.capturing = False
-        self.open_captures[:] = [c for c in self.open_captures if c[1] is not graph.fake_stream]
+        self.raw_capture_end(graph.fake_stream)
+
+    # cudaStreamBeginCapture / cudaStreamEndCapture, by any library
+    def raw_capture_begin(self, stream: Stream, mode: str = "global") -> None:
+        stream.capturing = True
+        self.open_captures.append((threading.get_ident(), stream, mode))
+
+    def raw_capture_end(self, stream: Stream) -> None:
+        stream.capturing = False
+        self.open_captures[:] = [c for c in self.open_captures if c[1] is not stream]
+
+    # the driver's cuThreadExchangeStreamCaptureMode: 0 global, 1 thread-local, 2 relaxed
+    MODES = ("global", "thread_local", "relaxed")
+
+    def exchange_capture_mode(self, mode: int) -> tuple[int, int]:
+        prev = self.MODES.index(self.capture_mode())
+        self._tls.mode = self.MODES[mode]
+        return 0, prev
+
+    def capture_mode(self) -> str:
+        return getattr(self._tls, "mode", "global")
 
     # ---------------------------------------------------------------- rules
 
@@ -138,8 +160,10 @@ class FakeCuda:
     def query_landed(self) -> None:
         self.queries += 1
         me = threading.get_ident()
-        for owner, stream in self.open_captures:
-            if owner != me:
+        if self.capture_mode() != "global":
+            return  # only this thread's own captures could forbid its calls
+        for owner, stream, mode in self.open_captures:
+            if owner != me and mode == "global":
                 self.invalidated.append(f"a query from thread {threading.current_thread().name} during a capture")
 
 
@@ -193,6 +217,7 @@ def _event_class(cuda: FakeCuda):
 
         def elapsed_time(self, end) -> float:
             cuda.need(self.device, "cudaEventElapsedTime")
+            cuda.query_landed()
             if not (self.timing and end.timing):
                 raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
             if not (self._done() and end._done()):

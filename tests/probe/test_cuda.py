@@ -26,8 +26,12 @@ WORLD = 4
 
 @pytest.fixture
 def fc(monkeypatch):
-    """torch.cuda, as the probe sees it, is the fake: 4 GPUs, this thread on GPU 0."""
+    """torch.cuda, as the probe sees it, is the fake: 4 GPUs, this thread on GPU 0;
+    the driver's capture-mode call is the fake's (a GPU machine has libcuda)."""
+    from commviz.probe import cuda as probe_cuda
+
     fc = FakeCuda(4)
+    monkeypatch.setattr(probe_cuda, "driver_capture_mode", lambda: fc.exchange_capture_mode)
     for name in ("Event", "current_stream", "current_device", "set_device", "device", "stream",
                  "is_current_stream_capturing", "get_device_properties", "is_available"):
         monkeypatch.setattr(torch.cuda, name, getattr(fc, name))
@@ -113,9 +117,20 @@ def test_2_an_op_on_a_capturing_stream_is_reported_captured_and_records_no_event
     assert e.device_ns == -1
 
 
-def test_2_no_query_lands_while_another_thread_captures_in_global_mode(probe, fc):
+@pytest.fixture
+def no_driver(monkeypatch):
+    """No `cuThreadExchangeStreamCaptureMode` to call (an old or odd driver)."""
+    from commviz.probe import cuda as probe_cuda
+
+    monkeypatch.setattr(probe_cuda, "driver_capture_mode", lambda: "libcuda.so.1: cannot open shared object file")
+
+
+@pytest.mark.parametrize("driver", ["thread-local mode", "no driver call: hold-off"])
+def test_2_no_query_lands_while_another_thread_captures_in_global_mode(probe, fc, request, driver):
     """PyTorch #104555: an event query from another thread during a global-mode
     capture invalidates the capture."""
+    if driver.startswith("no driver"):
+        request.getfixturevalue("no_driver")
     x = FakeTensor(0)
     capturing, release = threading.Event(), threading.Event()
 
@@ -140,6 +155,64 @@ def test_2_no_query_lands_while_another_thread_captures_in_global_mode(probe, fc
     [(s, e)] = ops_of(probe, job)
     assert fc.invalidated == []
     assert e is not None and e.error == ""  # polled once the capture ended
+
+
+def test_2_a_query_during_a_raw_global_capture_by_another_library_leaves_it_valid(probe, fc):
+    """A capture begun outside torch.cuda.CUDAGraph (another library calling
+    cudaStreamBeginCapture in global mode) is not counted by the probe, so polls go on
+    during it: they must not invalidate it. The probe's CUDA thread runs in
+    thread-local capture mode, as PyTorch's watchdog does around its query."""
+    x = FakeTensor(0)
+    capturing, release = threading.Event(), threading.Event()
+    mode = []
+
+    def capture():
+        s = Stream(fc, 0)
+        fc.raw_capture_begin(s, "global")
+        capturing.set()
+        release.wait(5)
+        fc.raw_capture_end(s)
+
+    def job():
+        fake_op(probe, "all_reduce")(x)
+        t = threading.Thread(target=capture)
+        t.start()
+        assert capturing.wait(5)
+        fc.default[0].run(3.0)
+        assert fc.seen_done.wait(5)  # polled, and answered, inside the capture
+        mode.append(getattr(probe.cuda_side.poller, "capture_mode", None))
+        release.set()
+        t.join(5)
+
+    [(s, e)] = ops_of(probe, job)
+    assert fc.invalidated == []
+    assert mode == ["thread_local"]
+    assert e is not None and e.error == "" and e.device_ns == 0
+
+
+def test_2_without_the_driver_call_the_poller_says_why_and_holds_off_for_cuda_graphs(probe, fc, no_driver):
+    mode = []
+
+    def job():
+        fake_op(probe, "all_reduce")(FakeTensor(0))
+        fc.default[0].run(1.0)
+        assert fc.seen_done.wait(5)
+        mode.append(getattr(probe.cuda_side.poller, "capture_mode", None))
+
+    [(s, e)] = ops_of(probe, job)
+    assert e is not None and e.error == ""
+    assert mode[0].startswith("unavailable: libcuda.so.1")
+
+
+def test_2_the_driver_call_really_is_there_on_a_machine_with_cuda():
+    """Where libcuda is installed, the symbol the poller uses resolves (the call
+    itself is exercised on a GPU by tests/gpu)."""
+    from commviz.probe.cuda import driver_capture_mode
+
+    got = driver_capture_mode()
+    if isinstance(got, str):
+        pytest.skip(f"no CUDA driver here ({got})")
+    assert callable(got)
 
 
 # 3 -------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ from tests.helpers import group, hello, op
 
 pa = pytest.importorskip("pyarrow")
 
-README_QUERY = ("SELECT op, rank, sum(bytes) / sum(duration_ns) * any_value(busbw_factor) AS busbw_gbps "
-                "FROM '{dir}/*.parquet' GROUP BY op, rank ORDER BY op, rank")
+README_QUERY = ("SELECT op, rank, sum(bytes) / sum(coalesce(device_ns, duration_ns)) * any_value(busbw_factor) "
+                "AS busbw_gbps FROM '{dir}/*.parquet' WHERE NOT captured GROUP BY op, rank ORDER BY op, rank")
 
 
 def write_trace(p):

@@ -45,9 +45,13 @@ def util_text(frac: float) -> str:
 
 def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], topology=None,
               samples: dict[str, dict[str, float]] | None = None, focus: int | None = None,
-              limit: int = MAX_ROWS) -> list[tuple[str, tuple]]:
+              limit: int = MAX_ROWS, topologies: dict | None = None) -> list[tuple[str, tuple]]:
     """(row key, cells) for the links table: measured NVLink per GPU first, then edges
-    by rate (the focused rank's only, when one is focused)."""
+    by rate (the focused rank's only, when one is focused). `topologies`: host -> the
+    topology of that host (the snapshot's); a host not in it is taken to be `topology`."""
+    def topo(host: str):
+        return topologies[host] if topologies is not None and host in topologies else topology
+
     rows: list[tuple[str, tuple]] = []
     # Measured: per GPU, from the host's samples (local rank 0 sends them).
     sent_by: dict[int, float] = {}
@@ -63,8 +67,9 @@ def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], 
             tx = vals.get(f"gpu{i}.nvlink.tx_Bps", 0.0)
             rx = vals.get(f"gpu{i}.nvlink.rx_Bps", 0.0)
             cap = None
-            if topology is not None and i < len(topology.gpus):
-                cap = topology.gpus[i].nvlink_gbps_per_direction
+            t = topo(host)
+            if t is not None and i < len(t.gpus):
+                cap = t.gpus[i].nvlink_gbps_per_direction
             who = f"gpu{i}" + (f" r{rank}" if rank is not None else "") + f"@{host}"
             model_txt = f"model {format_bps(sent_by.get(rank, 0.0))}" if rank is not None else ""
             rows.append((f"nv:{host}:{i}", (
@@ -84,7 +89,7 @@ def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], 
             name = f"{r.src}→*"
         else:
             a, b = places.get(r.src), places.get(r.dst)
-            via, cap = link_kind(a, b, topology) if a and b else ("?", None)
+            via, cap = link_kind(a, b, topo(a.host)) if a and b else ("?", None)
             name = f"{r.src}→{r.dst}"
         modelled = r.modelled
         rows.append((f"e:{r.src}:{r.dst}", (

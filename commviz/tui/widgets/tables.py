@@ -211,7 +211,8 @@ class LinksTable(SnapshotTable):
         self.topology = topology
 
     def show(self, snap: Snapshot) -> None:
-        rows = link_rows(snap.rates, snap.places, self.topology, snap.samples, snap.focus)
+        rows = link_rows(snap.rates, snap.places, self.topology, snap.samples, snap.focus,
+                         topologies=snap.topologies)
         self.sync(rows)
         self.border_title = f"Links ({len(rows)})" if rows else "Links (nothing moving)"
 

@@ -97,6 +97,64 @@ try:
 except Exception as exc:
     graph = f"{type(exc).__name__}: {exc}"[:300]
 
+# A raw global-mode capture by "another library" (the driver's cuStreamBeginCapture on a
+# stream of its own, not torch.cuda.CUDAGraph, so the probe does not count it) while the
+# probe's CUDA thread polls an all_reduce queued behind ~0.2 s of matmuls. This thread
+# makes no CUDA call until the capture ends, so only the probe's queries could
+# invalidate it; 901 is CUDA_ERROR_STREAM_CAPTURE_INVALIDATED.
+raw_capture = "not tried"
+try:
+    import ctypes
+    import threading
+    import time as _time
+
+    cu = ctypes.CDLL("libcuda.so.1")
+    cu.cuStreamBeginCapture_v2.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    cu.cuStreamEndCapture.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+    cu.cuGraphDestroy.argtypes = [ctypes.c_void_p]
+    a = torch.randn(4096, 4096, device=dev)
+    cap_stream = torch.cuda.Stream(device=dev)
+    torch.cuda.synchronize()
+    result = {}
+    from commviz.probe import patch as _patch
+
+    _side = _patch._probe.cuda_side if _patch._probe is not None else None
+
+    def other_library():
+        torch.cuda.set_device(dev)  # the stream's context current on this thread, before the capture
+        h = ctypes.c_void_p(cap_stream.cuda_stream)  # captures nothing: only its validity counts
+        rc = cu.cuStreamBeginCapture_v2(h, 0)  # CU_STREAM_CAPTURE_MODE_GLOBAL
+        result["begin"] = rc
+        poller = _side.poller if _side is not None else None
+        result["pending"] = len(poller.pending) if poller is not None else -1  # ops it polls during the capture
+        if rc == 0:
+            _time.sleep(0.2)  # the probe polls the pending all_reduce meanwhile
+            graph = ctypes.c_void_p()
+            result["end"] = cu.cuStreamEndCapture(h, ctypes.byref(graph))
+            if graph.value:
+                cu.cuGraphDestroy(graph)
+
+    y = t()
+    for _ in range(80):
+        a = a @ a / 4096.0  # keeps the GPU busy into the capture (allocations before it begins)
+    dist.all_reduce(y); did("all_reduce", B)  # its end event completes only after the matmuls
+    th = threading.Thread(target=other_library)
+    th.start()
+    th.join(10)
+    if result.get("pending", 0) <= 0:
+        raw_capture = "not tried: the all_reduce was done before the capture began (a faster GPU: more matmuls)"
+    else:
+        raw_capture = ("valid" if result.get("end") == 0 else
+                       f"begin {result.get('begin')}, end {result.get('end')} (901: invalidated)")
+    torch.cuda.synchronize()
+except Exception as exc:
+    raw_capture = f"not tried: {type(exc).__name__}: {exc}"[:300]
+
+from commviz.probe import patch as _patch  # noqa: E402  (what the probe's CUDA thread runs in)
+
+side = _patch._probe.cuda_side if _patch._probe is not None else None
+capture_mode = side.poller.capture_mode if side is not None and side.poller is not None else "no poller"
+
 # DDP: one bucket per step for a model this small.
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).to(dev), device_ids=[0])
 param_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
@@ -108,5 +166,6 @@ torch.cuda.synchronize()  # the job's own, after everything: the trace must not 
 props = torch.cuda.get_device_properties(0)
 with open(args.expect, "w") as fh:
     json.dump({"ops": expected, "sync_warnings": sync_seen, "graph": graph, "notes": notes,
+               "raw_capture": raw_capture, "capture_mode": capture_mode,
                "uuid": f"GPU-{props.uuid}", "device": "cuda:0"}, fh, indent=1)
 dist.destroy_process_group()
