@@ -2,12 +2,15 @@
 ranks. Nothing from the wire is trusted: frames are size limited by zmq, decoded with
 the typed schema, and failures are counted and named by peer, never raised.
 
-Memory for the wire is bounded in three places: a peer keeps at most its credit
-window of frames unacknowledged (credit.py; every frame taken is acked once the model
-has it, or once it was shed), zmq holds at most RCVHWM frames per connection (then it
-stops reading that connection and the kernel pushes back on the sender), and decoded
-frames wait for the model in one queue sized in bytes across all peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
-turned away as fast as zmq hands them over, and a flood drains instead of queueing."""
+Memory for the wire is bounded in four places: a peer that follows the protocol keeps
+at most its credit window of frames unacknowledged (credit.py; every frame taken is
+acked once the model has it, or once it was shed); zmq holds at most RCVHWM frames of
+at most MAX_FRAME per connection (then it stops reading that connection and the
+kernel pushes back on the sender); at most MAX_CONNECTIONS connections are open
+(conns.py, refused by the ZAP handler past that); and decoded frames wait for the
+model in one queue sized in bytes across all peers (inbox.py). The reader thread
+never takes the model's lock, so bad frames are turned away as fast as zmq hands them
+over, and a flood drains instead of queueing."""
 
 from __future__ import annotations
 
@@ -37,8 +40,7 @@ MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 RCVHWM = 2
 # Connections open at once. What zmq holds for the wire is at most about this many
 # times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
-# queued): 128 × 4 × 128 KiB = 64 MiB, whatever peers do (a few more connections
-# for a moment: the cap acts on the monitor's news, which can lag). A node's ranks are one
+# queued): 128 × 4 × 128 KiB = 64 MiB, whatever peers do. A node's ranks are one
 # connection each; many nodes go through relays, one connection per node (128 nodes
 # of 8 GPUs: 1,024 ranks).
 MAX_CONNECTIONS = 128
