@@ -1,0 +1,270 @@
+"""What the caller's thread leaves to the probe's: turning queued items into the
+start and end records of events.json's layout (events.py), once per drain.
+
+Why: a wrapped call on the deferred path (probe/patch.py, CPU with the crash ring
+off) queues one list holding the raw call and its two clock reads, nothing else.
+Everything derivable from that — the group, the sequence number, the op id, the
+tensor's bytes, dtype and shape — is worked out here, in queue order, so the
+training thread pays for none of it. The queued item holds the call's arguments
+(and so its tensors) until the drain that handles it, one flush interval (~20 ms).
+
+Sequence numbers are taken here, in queue order, for every op (also the starts the
+slower paths queue with their GroupInfo and seq key in place of group id and seq):
+one counter per group, one thread. A record the caller could not queue (the queue
+at its cap) still takes its number, through a Gap it leaves in the queue, so the
+numbers after it stay those torch's peers see. With the crash ring on, the caller
+takes numbers itself (its slot needs one at once) and nothing here does.
+
+Tensor metadata is read here for any tensor the caller passed before CUDA was up:
+no GPU buffer can be among them; a tensor subclass's metadata getters run on this
+thread then.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from commviz import ops as opcat
+from commviz.events import E_ID, END, HOST_TOPOLOGY_SINCE, S_ID, START, GroupDef, HostTopology
+from commviz.probe.names import dtype_name, reduce_name
+
+# A deferred item: [derive, t0, args, kwargs, t1, extra, op id]. The caller sets t1
+# after the call (and extra first: the error text, or what a recv returned). The op
+# id is the caller's: ids follow call order on every path.
+FN, T0, ARGS, KW, T1, EXTRA, ID = range(7)
+ASYNC = -1  # t1 of an op whose end comes as a record of its own (a Work, a coalesced batch)
+
+GAP_LOCK = threading.Lock()  # taken only when the queue is at its cap, and to apply a Gap
+
+# In a start record the slower paths queue with a deferred sequence number, the group
+# id's slot holds the GroupInfo and the seq's slot its seq key (None: the group's
+# collective counter; (direction, peer): a point-to-point one).
+S_GROUP, S_SEQ = S_ID + 3, S_ID + 4
+
+
+class Gap:
+    """Ops the caller could not queue (the queue at its cap): their sequence numbers
+    are taken where they would have been. O(1) per (group, seq key); filled under
+    the probe's gap lock, closed under it when applied, so an op is never added to a
+    gap already applied."""
+
+    __slots__ = ("counts", "closed")
+
+    def __init__(self) -> None:
+        self.counts: dict = {}
+        self.closed = False
+
+
+class DefaultIs:
+    """Queued when the default group is (re)made: an op queued after it with no
+    group is on this one, whatever the default is when the drain comes."""
+
+    __slots__ = ("g",)
+
+    def __init__(self, g) -> None:
+        self.g = g
+
+
+class Forget:
+    """Queued by destroy_process_group: ops queued before it still find their
+    groups; after it the table no longer holds them."""
+
+    __slots__ = ("groups", "infos", "default")
+
+    def __init__(self, groups: dict, infos: list, default: bool) -> None:
+        self.groups = groups  # the probe's table, id(pg) -> GroupInfo
+        self.infos = infos
+        self.default = default
+
+
+def take(g, key, n: int = 1) -> int:
+    """The next `n` sequence numbers of `g` for `key` (see S_SEQ)."""
+    if key is None:
+        s = g.seq
+        g.seq = s + n
+        return s
+    s = g.p2p_seq.get(key, 0)
+    g.p2p_seq[key] = s + n
+    return s
+
+
+class Drain:
+    """One sender's state across drains: the group ops without one are on, the
+    deferred items still in their call, and one batch's tensor metadata."""
+
+    def __init__(self, sender) -> None:
+        self.sender = sender
+        self.default = None
+        self.pending: list = []  # deferred items whose call had not returned at their drain
+        self.out: list = []
+        self.tensors: dict = {}
+
+
+def drain(sender, got: list) -> list:
+    """The events for the records `got` (in queue order), stamping seqs and resolving
+    what the caller left raw. Called by Sender._drain."""
+    d = getattr(sender, "_derive", None)
+    if d is None:
+        d = sender._derive = Drain(sender)
+    out = d.out = []
+    inflight = sender.inflight
+    if d.pending:
+        _recheck(d, inflight)
+    health = sender.health
+    for rec in got:
+        kind = type(rec)
+        if kind is list:
+            try:
+                rec[FN](rec, d)
+            except Exception as exc:
+                if type(rec[EXTRA]) is not str:  # a call torch rejected has bad arguments: no event, no error of ours
+                    health.internal("derive", exc)
+        elif kind is tuple:
+            if rec[0] == START:
+                if type(rec[S_SEQ]) is not int:
+                    rec = _stamp(rec)
+                inflight[rec[S_ID]] = rec
+            else:
+                op_id = rec[E_ID]
+                if type(op_id) is list:  # the end of a deferred item
+                    op_id = op_id[ID]
+                    rec = (rec[0], op_id, *rec[2:])
+                inflight.pop(op_id, None)
+            out.append(rec)
+        elif kind is Gap:
+            with GAP_LOCK:
+                rec.closed = True
+            for (g, key), n in rec.counts.items():
+                take(g, key, n)
+        elif kind is DefaultIs:
+            d.default = rec.g
+        elif kind is Forget:
+            _forget(d, rec)
+        else:
+            if kind is GroupDef:
+                sender.groups.append(rec)
+            elif kind is HostTopology:
+                # schema 2's kind, queued once by the sampler thread: this rank's frames
+                # say 2 from here on (as after an Audit), a resync's too
+                sender.topology = rec
+                sender.schema = max(sender.schema, HOST_TOPOLOGY_SINCE)
+            out.append(rec)
+    d.tensors = {}
+    d.out = []
+    return out
+
+
+def _recheck(d: Drain, inflight: dict) -> None:
+    keep = []
+    for item in d.pending:
+        t1 = item[T1]
+        if t1 is None:
+            keep.append(item)
+        elif t1 != ASYNC:
+            _end(d, item, item[ID], t1)
+            inflight.pop(item[ID], None)
+    d.pending = keep
+
+
+def _end(d: Drain, item, op_id: int, t1: int) -> None:
+    extra = item[EXTRA]
+    if extra is None:
+        d.out.append((END, op_id, t1, "", -1, -1))
+    elif type(extra) is str:
+        d.out.append((END, op_id, t1, extra, -1, -1))
+    else:  # a recv from any source returned the sender's rank
+        d.out.append((END, op_id, t1, "", -1, extra if type(extra) is int and extra >= 0 else -1))
+
+
+def _stamp(rec: tuple) -> tuple:
+    g = rec[S_GROUP]
+    return (*rec[:S_GROUP], g.gid, take(g, rec[S_SEQ]), *rec[S_SEQ + 1:])
+
+
+def _forget(d: Drain, f: Forget) -> None:
+    if f.default:
+        d.default = None
+    for info in f.infos:
+        if f.groups.get(id(info.pg)) is info:
+            del f.groups[id(info.pg)]
+
+
+def op_deriver(probe, spec: opcat.OpSpec, am):
+    """The derive step of one op that passes one tensor (the deferred path's ops),
+    specialised here, at patch time, as the wrapper is."""
+    p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
+    name, groups = spec.name, probe.groups
+    non_member = probe.c10d.GroupMember.NON_GROUP_MEMBER
+
+    def group_of(d: Drain, group):
+        if group is None:
+            g = d.default
+            if g is None:
+                g = d.default = probe.group_info(None, d.out)
+            return g
+        g = groups.get(id(group))
+        if g is None or g.pg is not group:
+            if group is non_member:
+                return None
+            g = probe.group_info(group, d.out)
+        return g
+
+    def derive(item, d: Drain) -> None:
+        args, kwargs = item[ARGS], item[KW]
+        if kwargs:
+            x, group, peer, is_async, red = am.keyword_fields(args, kwargs)
+        else:
+            n = len(args)
+            x = args[bi]
+            group = args[gi] if n > gi else None
+            peer = (args[pi] if n > pi else None) if p2p else -1
+            is_async = always_async or (n > ai and bool(args[ai]))
+            red = red_default_name if n <= ri or args[ri] is red_default else reduce_name(args[ri])
+        g = d.default if group is None else groups.get(id(group))
+        if g is None or group is not None and g.pg is not group:
+            g = group_of(d, group)
+            if g is None:
+                return  # this rank is not in the group: torch did nothing either
+        if p2p:
+            if peer is None:
+                peer = am.rooted(args, kwargs, g)
+            seq = take(g, (seq_key, peer))
+        else:
+            seq = g.seq
+            g.seq = seq + 1
+        op_id = item[ID]
+        tensors = d.tensors
+        hit = tensors.get(id(x))
+        if hit is None:
+            hit = tensors[id(x)] = (x, x.nbytes, dtype_name(x.dtype), x.shape)
+        start = (START, op_id, item[T0], name, g.gid, seq, hit[1], hit[2], hit[3], peer, -1, is_async, red)
+        t1 = item[T1]
+        if t1 is not None and t1 != ASYNC and item[EXTRA] is None:  # the common case: returned, no inflight entry
+            d.out += (start, (END, op_id, t1, "", -1, -1))
+            return
+        d.out.append(start)
+        if t1 is None:
+            item[ARGS] = item[KW] = None  # the caller holds them while it is in the call
+            d.pending.append(item)
+        elif t1 != ASYNC:
+            _end(d, item, op_id, t1)
+            return
+        d.sender.inflight[op_id] = start
+
+    def seq_target(args, kwargs, default):
+        """(GroupInfo, seq key) of a call the caller could not queue (a Gap's entry), or
+        None when this rank is not in its group."""
+        if kwargs:
+            _, group, peer, _, _ = am.keyword_fields(args, kwargs)
+        else:
+            group = args[gi] if len(args) > gi else None
+            peer = (args[pi] if len(args) > pi else None) if p2p else -1
+        g = default() if group is None else probe.group_info(group)
+        if g is None:
+            return None
+        if not p2p:
+            return g, None
+        return g, (seq_key, am.rooted(args, kwargs, g) if peer is None else peer)
+
+    derive.seq_target = seq_target
+    return derive
