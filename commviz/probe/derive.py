@@ -23,6 +23,8 @@ thread then.
 from __future__ import annotations
 
 import threading
+from itertools import chain, groupby, repeat
+from operator import itemgetter
 
 from commviz import ops as opcat
 from commviz.events import E_ID, END, HOST_TOPOLOGY_SINCE, S_ID, START, GroupDef, HostTopology
@@ -99,6 +101,14 @@ class Drain:
         self.out: list = []
         self.tensors: dict = {}
 
+    def fields(self, x) -> tuple:
+        """(x, bytes, dtype, shape), once per tensor per drain: the cache holds each
+        tensor while it does, so an id stands for one tensor throughout."""
+        hit = self.tensors.get(id(x))
+        if hit is None:
+            hit = self.tensors[id(x)] = (x, x.nbytes, dtype_name(x.dtype), x.shape)
+        return hit
+
 
 def drain(sender, got: list) -> list:
     """The events for the records `got` (in queue order), stamping seqs and resolving
@@ -111,47 +121,71 @@ def drain(sender, got: list) -> list:
     if d.pending:
         _recheck(d, inflight)
     health = sender.health
-    for rec in got:
-        kind = type(rec)
-        if kind is list:
-            try:
-                rec[FN](rec, d)
-            except Exception as exc:
-                if type(rec[EXTRA]) is not str:  # a call torch rejected has bad arguments: no event, no error of ours
-                    health.internal("derive", exc)
-        elif kind is tuple:
-            if rec[0] == START:
-                if type(rec[S_SEQ]) is not int:
-                    rec = _stamp(rec)
-                inflight[rec[S_ID]] = rec
-            else:
-                op_id = rec[E_ID]
-                if type(op_id) is list:  # the end of a deferred item
-                    op_id = op_id[ID]
-                    rec = (rec[0], op_id, *rec[2:])
-                inflight.pop(op_id, None)
-            out.append(rec)
-        elif kind is Gap:
-            with GAP_LOCK:
-                rec.closed = True
-            for (g, key), n in rec.counts.items():
-                take(g, key, n)
-        elif kind is DefaultIs:
-            d.default = rec.g
-        elif kind is Forget:
-            _forget(d, rec)
+    for kind, recs in groupby(got, type):
+        if kind is list:  # deferred items: runs of one op in C where they can (op_deriver's run)
+            for fn, items in groupby(recs, _FN):
+                items = list(items)
+                if len(items) > 2:
+                    try:
+                        fn.run(items, d)
+                        continue
+                    except Exception as exc:
+                        health.internal("derive run", exc)
+                each(items, d)
         else:
-            if kind is GroupDef:
-                sender.groups.append(rec)
-            elif kind is HostTopology:
-                # schema 2's kind, queued once by the sampler thread: this rank's frames
-                # say 2 from here on (as after an Audit), a resync's too
-                sender.topology = rec
-                sender.schema = max(sender.schema, HOST_TOPOLOGY_SINCE)
-            out.append(rec)
+            for rec in recs:
+                _other(d, kind, rec)
     d.tensors = {}
     d.out = []
     return out
+
+
+_FN, _T0, _ARGS, _KW, _T1, _EXTRA, _ID = (itemgetter(i) for i in range(7))
+_1, _2, _3 = itemgetter(1), itemgetter(2), itemgetter(3)
+
+
+def each(items: list, d: Drain) -> None:
+    for rec in items:
+        try:
+            rec[FN](rec, d)
+        except Exception as exc:
+            if type(rec[EXTRA]) is not str:  # a call torch rejected has bad arguments: no event, no error of ours
+                d.sender.health.internal("derive", exc)
+
+
+def _other(d: Drain, kind, rec) -> None:
+    """A record the caller's thread made itself (slower paths, samples, markers)."""
+    sender, out, inflight = d.sender, d.out, d.sender.inflight
+    if kind is tuple:
+        if rec[0] == START:
+            if type(rec[S_SEQ]) is not int:
+                rec = _stamp(rec)
+            inflight[rec[S_ID]] = rec
+        else:
+            op_id = rec[E_ID]
+            if type(op_id) is list:  # the end of a deferred item
+                op_id = op_id[ID]
+                rec = (rec[0], op_id, *rec[2:])
+            inflight.pop(op_id, None)
+        out.append(rec)
+    elif kind is Gap:
+        with GAP_LOCK:
+            rec.closed = True
+        for (g, key), n in rec.counts.items():
+            take(g, key, n)
+    elif kind is DefaultIs:
+        d.default = rec.g
+    elif kind is Forget:
+        _forget(d, rec)
+    else:
+        if kind is GroupDef:
+            sender.groups.append(rec)
+        elif kind is HostTopology:
+            # schema 2's kind, queued once by the sampler thread: this rank's frames
+            # say 2 from here on (as after an Audit), a resync's too
+            sender.topology = rec
+            sender.schema = max(sender.schema, HOST_TOPOLOGY_SINCE)
+        out.append(rec)
 
 
 def _recheck(d: Drain, inflight: dict) -> None:
@@ -236,20 +270,65 @@ def op_deriver(probe, spec: opcat.OpSpec, am):
         tensors = d.tensors
         hit = tensors.get(id(x))
         if hit is None:
-            hit = tensors[id(x)] = (x, x.nbytes, dtype_name(x.dtype), x.shape)
+            hit = d.fields(x)
         start = (START, op_id, item[T0], name, g.gid, seq, hit[1], hit[2], hit[3], peer, -1, is_async, red)
         t1 = item[T1]
         if t1 is not None and t1 != ASYNC and item[EXTRA] is None:  # the common case: returned, no inflight entry
             d.out += (start, (END, op_id, t1, "", -1, -1))
-            return
+            return g, start
         d.out.append(start)
         if t1 is None:
             item[ARGS] = item[KW] = None  # the caller holds them while it is in the call
             d.pending.append(item)
         elif t1 != ASYNC:
             _end(d, item, op_id, t1)
-            return
+            return g, start
         d.sender.inflight[op_id] = start
+        return g, start
+
+    head, tail = itemgetter(slice(0, bi)), itemgetter(slice(bi + 1, None))
+
+    def run(items: list, d: Drain) -> None:
+        """Three or more calls of this op in a row: when they differ only in their
+        tensor, ids and times (a training loop's calls do), their records are built in
+        C (zip, map) from the first one's; else one by one."""
+        first, rest = items[0], items[1:]
+        args_l, kws, t1s = list(map(_ARGS, rest)), list(map(_KW, rest)), list(map(_T1, rest))
+        args0, kw0 = first[ARGS], first[KW]
+        if (first[T1] is None or None in t1s or ASYNC in t1s or first[T1] == ASYNC
+                or list(map(_EXTRA, items)).count(None) != len(items)):
+            return each(items, d)  # in flight, async, failed, or a recv's rank: one by one
+        n = len(args0)
+        try:
+            same = (set(map(len, args_l)) == {n} and set(map(tail, args_l)) == {tail(args0)}
+                    and (bi == 0 or set(map(head, args_l)) == {head(args0)})
+                    and (not any(kws) and not kw0 or set(map(frozenset, map(dict.items, kws))) == {frozenset(kw0.items())}))
+        except TypeError:  # an argument that cannot be hashed
+            same = False
+        if not same:
+            return each(items, d)
+        got = derive(first, d)
+        if got is None:
+            return  # not in the group, nor are the others
+        g, start = got
+        k = len(rest)
+        if n > bi:
+            xs = list(map(itemgetter(bi), args_l))
+            if set(map(id, xs)) == {id(args0[bi])}:
+                nb, dt, sh = repeat(start[6], k), repeat(start[7], k), repeat(start[8], k)
+            else:
+                fields = list(map(d.fields, xs))
+                nb, dt, sh = map(_1, fields), map(_2, fields), map(_3, fields)
+        else:  # passed by keyword, and the same in every call
+            nb, dt, sh = repeat(start[6], k), repeat(start[7], k), repeat(start[8], k)
+        s0 = take(g, None if not p2p else (seq_key, start[9]), k)
+        ids = list(map(_ID, rest))
+        starts = zip(repeat(START), ids, map(_T0, rest), repeat(name), repeat(start[4]), range(s0, s0 + k), nb, dt, sh,
+                     repeat(start[9]), repeat(-1), repeat(start[11]), repeat(start[12]))
+        ends = zip(repeat(END), ids, t1s, repeat(""), repeat(-1), repeat(-1))
+        d.out += chain.from_iterable(zip(starts, ends))
+
+    derive.run = run
 
     def seq_target(args, kwargs, default):
         """(GroupInfo, seq key) of a call the caller could not queue (a Gap's entry), or
