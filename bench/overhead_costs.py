@@ -33,15 +33,15 @@ def staircase(orig, probe_like):
     clock, q = time.monotonic_ns, collections.deque()
     append, ids, cuda, cap = q.append, itertools.count(), torch.cuda, 65536
 
-    class TLS(threading.local):
-        def __init__(self) -> None:
-            self.s = [0, False, 0, None]
-
-    tls, p = TLS(), probe_like
+    tls, p = threading.local(), probe_like
+    tls.s = [0, False, 0, None]  # this thread's, as probe/core.py's thread_state makes it
     passthrough, clocks, clear_floor = floors(orig)
 
     def guard(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0]:
             return orig(*args, **kwargs)
         t0 = clock()
@@ -52,7 +52,10 @@ def staircase(orig, probe_like):
         return r
 
     def gate(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0]:
             return orig(*args, **kwargs)
         if not p.deferred or cuda._initialized:
@@ -67,7 +70,10 @@ def staircase(orig, probe_like):
         return r
 
     def item(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0]:
             return orig(*args, **kwargs)
         if not p.deferred or cuda._initialized:
