@@ -23,18 +23,20 @@ thread then.
 from __future__ import annotations
 
 import threading
-from itertools import chain, groupby, repeat
+from itertools import chain, groupby, islice, repeat
 from operator import itemgetter
 
 from commviz import ops as opcat
 from commviz.events import E_ID, END, HOST_TOPOLOGY_SINCE, S_ID, START, GroupDef, HostTopology
 from commviz.probe.names import dtype_name, reduce_name
 
-# A deferred item: [derive, t0, args, kwargs, t1, extra, op id]. The caller sets t1
-# after the call (and extra first: the error text, or what a recv returned). The op
-# id is the caller's: ids follow call order on every path.
+# A deferred item: [derive, t0, args, kwargs, t1, extra, op id]. The op id is the
+# caller's: ids follow call order on every path. t1 is 0 while the call runs, then
+# the clock when it returned, or one of the two markers below (set last: extra is
+# in place by then). One C pass (min) tells a run of plain returns.
 FN, T0, ARGS, KW, T1, EXTRA, ID = range(7)
-ASYNC = -1  # t1 of an op whose end comes as a record of its own (a Work, a coalesced batch)
+ASYNC = -1  # the end comes as a record of its own (a Work, a coalesced batch)
+ENDED = -2  # extra holds the end: (t1, error text, peer), for a failed call or a recv's sender
 
 GAP_LOCK = threading.Lock()  # taken only when the queue is at its cap, and to apply a Gap
 
@@ -149,7 +151,7 @@ def each(items: list, d: Drain) -> None:
         try:
             rec[FN](rec, d)
         except Exception as exc:
-            if type(rec[EXTRA]) is not str:  # a call torch rejected has bad arguments: no event, no error of ours
+            if rec[T1] != ENDED or not rec[EXTRA][1]:  # a call torch rejected has bad arguments: no event, no error of ours
                 d.sender.health.internal("derive", exc)
 
 
@@ -192,7 +194,7 @@ def _recheck(d: Drain, inflight: dict) -> None:
     keep = []
     for item in d.pending:
         t1 = item[T1]
-        if t1 is None:
+        if t1 == 0:
             keep.append(item)
         elif t1 != ASYNC:
             _end(d, item, item[ID], t1)
@@ -201,13 +203,11 @@ def _recheck(d: Drain, inflight: dict) -> None:
 
 
 def _end(d: Drain, item, op_id: int, t1: int) -> None:
-    extra = item[EXTRA]
-    if extra is None:
+    if t1 == ENDED:
+        t1, error, peer = item[EXTRA]
+        d.out.append((END, op_id, t1, error, -1, peer))
+    else:
         d.out.append((END, op_id, t1, "", -1, -1))
-    elif type(extra) is str:
-        d.out.append((END, op_id, t1, extra, -1, -1))
-    else:  # a recv from any source returned the sender's rank
-        d.out.append((END, op_id, t1, "", -1, extra if type(extra) is int and extra >= 0 else -1))
 
 
 def _stamp(rec: tuple) -> tuple:
@@ -273,11 +273,11 @@ def op_deriver(probe, spec: opcat.OpSpec, am):
             hit = d.fields(x)
         start = (START, op_id, item[T0], name, g.gid, seq, hit[1], hit[2], hit[3], peer, -1, is_async, red)
         t1 = item[T1]
-        if t1 is not None and t1 != ASYNC and item[EXTRA] is None:  # the common case: returned, no inflight entry
+        if t1 > 0:  # the common case: returned, no inflight entry
             d.out += (start, (END, op_id, t1, "", -1, -1))
             return g, start
         d.out.append(start)
-        if t1 is None:
+        if t1 == 0:
             item[ARGS] = item[KW] = None  # the caller holds them while it is in the call
             d.pending.append(item)
         elif t1 != ASYNC:
@@ -292,16 +292,14 @@ def op_deriver(probe, spec: opcat.OpSpec, am):
         """Three or more calls of this op in a row: when they differ only in their
         tensor, ids and times (a training loop's calls do), their records are built in
         C (zip, map) from the first one's; else one by one."""
-        first, rest = items[0], items[1:]
-        args_l, kws, t1s = list(map(_ARGS, rest)), list(map(_KW, rest)), list(map(_T1, rest))
-        args0, kw0 = first[ARGS], first[KW]
-        if (first[T1] is None or None in t1s or ASYNC in t1s or first[T1] == ASYNC
-                or list(map(_EXTRA, items)).count(None) != len(items)):
+        t1s = list(map(_T1, items))
+        if min(t1s) <= 0:
             return each(items, d)  # in flight, async, failed, or a recv's rank: one by one
-        n = len(args0)
-        try:
-            same = (set(map(len, args_l)) == {n} and set(map(tail, args_l)) == {tail(args0)}
-                    and (bi == 0 or set(map(head, args_l)) == {head(args0)})
+        first, rest = items[0], items[1:]
+        args_l, kws = list(map(_ARGS, rest)), list(map(_KW, rest))
+        args0, kw0 = first[ARGS], first[KW]
+        try:  # equal heads and tails: equal lengths too
+            same = (set(map(tail, args_l)) == {tail(args0)} and (bi == 0 or set(map(head, args_l)) == {head(args0)})
                     and (not any(kws) and not kw0 or set(map(frozenset, map(dict.items, kws))) == {frozenset(kw0.items())}))
         except TypeError:  # an argument that cannot be hashed
             same = False
@@ -310,9 +308,16 @@ def op_deriver(probe, spec: opcat.OpSpec, am):
         got = derive(first, d)
         if got is None:
             return  # not in the group, nor are the others
+        try:
+            _rest(got, rest, args_l, t1s, args0, d)
+        except Exception as exc:  # the first is out: the others one by one
+            d.sender.health.internal("derive run", exc)
+            each(rest, d)
+
+    def _rest(got, rest, args_l, t1s, args0, d: Drain) -> None:
         g, start = got
         k = len(rest)
-        if n > bi:
+        if len(args0) > bi:
             xs = list(map(itemgetter(bi), args_l))
             if set(map(id, xs)) == {id(args0[bi])}:
                 nb, dt, sh = repeat(start[6], k), repeat(start[7], k), repeat(start[8], k)
@@ -325,7 +330,7 @@ def op_deriver(probe, spec: opcat.OpSpec, am):
         ids = list(map(_ID, rest))
         starts = zip(repeat(START), ids, map(_T0, rest), repeat(name), repeat(start[4]), range(s0, s0 + k), nb, dt, sh,
                      repeat(start[9]), repeat(-1), repeat(start[11]), repeat(start[12]))
-        ends = zip(repeat(END), ids, t1s, repeat(""), repeat(-1), repeat(-1))
+        ends = zip(repeat(END), ids, islice(t1s, 1, None), repeat(""), repeat(-1), repeat(-1))
         d.out += chain.from_iterable(zip(starts, ends))
 
     derive.run = run

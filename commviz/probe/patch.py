@@ -255,15 +255,15 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             return on_caller(st, args, kwargs)
         if len(q) >= cap:
             return _overflow(probe, derive, orig, st, args, kwargs)
-        item = [derive, clock(), args, kwargs, None, None, next(ids)]  # probe/derive.py's layout
+        item = [derive, clock(), args, kwargs, 0, None, next(ids)]  # probe/derive.py's layout
         append(item)
         st[DEPTH] = 1
         try:
             result = orig(*args, **kwargs)
         except BaseException as exc:
             st[DEPTH] = 0
-            item[_derive.EXTRA] = f"{type(exc).__name__}: {exc}"[:500]
-            item[_derive.T1] = clock()
+            item[_derive.EXTRA] = (clock(), f"{type(exc).__name__}: {exc}"[:500], -1)
+            item[_derive.T1] = _derive.ENDED
             raise
         st[DEPTH] = 0
         if result is None and st[COALESCED] is None:
@@ -282,8 +282,8 @@ def _deferred_result(probe, derive, name: str, item: list, result, st) -> None:
     t1 = time.monotonic_ns()
     try:
         if st[COALESCED] is None and type(result) is int:
-            item[_derive.EXTRA] = result
-            item[_derive.T1] = t1
+            item[_derive.EXTRA] = (t1, "", result if result >= 0 else -1)
+            item[_derive.T1] = _derive.ENDED
             return
         item[_derive.T1] = _derive.ASYNC  # before any end record can be queued
         target = derive.seq_target(item[_derive.ARGS], item[_derive.KW] or {}, lambda: probe.group_info(None))

@@ -181,3 +181,40 @@ def test_a_recv_and_async_ops_end_through_the_deferred_path(deferred):
     assert got[1:] == [("recv", False, ""), ("all_reduce", True, ""), ("isend", True, "")]
     recv = [e for e in evs if isinstance(e, OpStart) and e.op == "recv"][0]
     assert recv.peer == 3 and ends[recv.id].peer == 3
+
+
+def test_runs_of_one_op_come_out_as_one_by_one(deferred):
+    """Calls in a row that differ only in their tensor take probe/derive.py's run path
+    (records built with zip); what comes out is what each call alone gives."""
+    probe = deferred
+    g = dist.new_group([0, 2])
+    same, many = torch.ones(4), [torch.ones(k, 3) for k in range(1, 7)]
+
+    def job():
+        for _ in range(5):
+            dist.all_reduce(same)  # one tensor: its fields read once
+        for t in many:
+            dist.all_reduce(t, group=g)  # six tensors, one keyword signature
+        for _ in range(4):
+            dist.send(same, 3)
+        for t in many[:3]:
+            dist.all_reduce(t, dist.ReduceOp.MAX)
+
+    s = stopped_sender(probe)
+    errors = probe.health.internal_errors
+    job()
+    s.flush()
+    probe.shutdown()
+    evs = events(probe)
+    ends = {e.id: e for e in evs if isinstance(e, OpEnd)}
+    starts = [e for e in evs if isinstance(e, OpStart)][-18:]
+    assert probe.health.internal_errors == errors
+    assert [s.id for s in starts] == list(range(starts[0].id, starts[0].id + 18))
+    assert all(ends[s.id].t >= s.t and not ends[s.id].error for s in starts)
+    base = starts[0].seq
+    got = [(s.op, s.group != "0", s.seq, s.bytes, s.shape, s.peer, s.reduce_op) for s in starts]
+    assert got == (
+        [("all_reduce", False, base + k, 16, [4], -1, "SUM") for k in range(5)]
+        + [("all_reduce", True, k, 12 * (k + 1), [k + 1, 3], -1, "SUM") for k in range(6)]
+        + [("send", False, starts[11].seq + k, 16, [4], 3, "") for k in range(4)]
+        + [("all_reduce", False, base + 5 + k, 12 * (k + 1), [k + 1, 3], -1, "MAX") for k in range(3)])
