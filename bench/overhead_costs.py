@@ -142,8 +142,14 @@ def main() -> None:
 
     real, derive, encode = ("6 the real wrapper, caller's thread", "7 + the probe thread's derive (drain)",
                             "8 + its encode")
+    one_by_one = "7 without runs: derive call by call"
     got = {name: [] for name, _ in steps}
-    got.update({real: [], derive: [], encode: []})
+    got.update({real: [], derive: [], encode: [], one_by_one: []})
+    mx = dist.ReduceOp.MAX
+
+    def alternating(t):  # no two calls alike in a row: probe/derive.py's run path never applies
+        dist.all_reduce(t)
+        dist.all_reduce(t, mx)
     for _ in range(args.rounds):
         with suspended():
             for name, f in steps:
@@ -163,10 +169,19 @@ def main() -> None:
         got[real].append(caller)
         got[derive].append(caller + drained)
         got[encode].append(caller + drained + encoded)
+        probe_q.clear()
+        for _ in range(args.calls // 2):
+            alternating(small)
+        c0 = time.thread_time_ns()
+        sender._drain()
+        got[one_by_one].append(caller + (time.thread_time_ns() - c0) / (args.calls // 2 * 2))
     print(f"{'added cpu ns per all_reduce (median, middle half)':<52}{'added':>7} {'spread':>12}")
     prev = 0.0
     for name, diffs in got.items():
         m = med(diffs)
+        if name == one_by_one:
+            print(f"{name:<52}{m:>7.0f} {spread(diffs):>12} (+{m - med(got[real]):.0f} over 6)")
+            continue
         step = f"(+{m - prev:.0f})" if name[0] in "234578" else ""
         print(f"{name:<52}{m:>7.0f} {spread(diffs):>12} {step}")
         prev = m

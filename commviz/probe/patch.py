@@ -344,9 +344,15 @@ def _caller_path(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 if p2p:
                     peer = am.rooted(args, kwargs, g) if peer is None else peer
                     key = (seq_key, peer)
-                gf, seq = probe.seq_fields(g, key)
-                op_id = next(ids)
                 ring = probe.ring_start
+                if ring is None:
+                    gf, seq = g, key  # the probe thread's to take (Probe.seq_fields)
+                elif p2p:
+                    gf, seq = g.gid, _derive.take(g, key)
+                else:
+                    gf, seq = g.gid, g.seq
+                    g.seq = seq + 1
+                op_id = next(ids)
                 dt = x.dtype
                 start = (START, op_id, clock(), name, gf, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
                          x.shape, peer, -1, is_async, red)
