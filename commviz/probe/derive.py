@@ -134,6 +134,19 @@ def drain(sender, got: list) -> list:
                     except Exception as exc:
                         health.internal("derive run", exc)
                 each(items, d)
+        elif kind is tuple:  # the slower paths' records
+            for rec in recs:
+                if rec[0] == START:
+                    if type(rec[S_SEQ]) is not int:
+                        rec = _stamp(rec)
+                    inflight[rec[S_ID]] = rec
+                else:
+                    op_id = rec[E_ID]
+                    if type(op_id) is list:  # the end of a deferred item
+                        op_id = op_id[ID]
+                        rec = (rec[0], op_id, *rec[2:])
+                    inflight.pop(op_id, None)
+                out.append(rec)
         else:
             for rec in recs:
                 _other(d, kind, rec)
@@ -156,21 +169,9 @@ def each(items: list, d: Drain) -> None:
 
 
 def _other(d: Drain, kind, rec) -> None:
-    """A record the caller's thread made itself (slower paths, samples, markers)."""
-    sender, out, inflight = d.sender, d.out, d.sender.inflight
-    if kind is tuple:
-        if rec[0] == START:
-            if type(rec[S_SEQ]) is not int:
-                rec = _stamp(rec)
-            inflight[rec[S_ID]] = rec
-        else:
-            op_id = rec[E_ID]
-            if type(op_id) is list:  # the end of a deferred item
-                op_id = op_id[ID]
-                rec = (rec[0], op_id, *rec[2:])
-            inflight.pop(op_id, None)
-        out.append(rec)
-    elif kind is Gap:
+    """Samples, groups, markers: what is neither a deferred item nor an op record."""
+    sender = d.sender
+    if kind is Gap:
         with GAP_LOCK:
             rec.closed = True
         for (g, key), n in rec.counts.items():
@@ -187,7 +188,7 @@ def _other(d: Drain, kind, rec) -> None:
             # say 2 from here on (as after an Audit), a resync's too
             sender.topology = rec
             sender.schema = max(sender.schema, HOST_TOPOLOGY_SINCE)
-        out.append(rec)
+        d.out.append(rec)
 
 
 def _recheck(d: Drain, inflight: dict) -> None:
