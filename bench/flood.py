@@ -6,12 +6,14 @@ send as fast as zmq takes them for SECONDS, then stop by themselves. The watcher
 running a moment after the flood (to drain), then reports what it read, what it turned
 away, and its peak RSS (ru_maxrss) and its RSS at the end.
 
-    python bench/flood.py [--peers 50] [--seconds 4] [--mix random|hostile] [--tcp] [--no-dashboard]
-                          [--min-rejected N]
+    python bench/flood.py [--peers 50] [--seconds 4] [--mix random|hostile|big] [--tcp] [--no-dashboard]
+                          [--min-rejected N] [--stall S]
 
 Mixes: `random` is random 64-byte frames (the cheapest frame to send, so the most
 frames per second); `hostile` adds deeply nested msgpack, multi-part messages, 1 MB
-frames of garbage and a 20 MB frame per peer (over the size limit).
+frames of garbage and a 20 MB frame per peer (over the size limit); `big` is only
+garbage frames of the largest size the watcher takes (MAX_WIRE_FRAME, 128 KiB: the
+worst case for its memory).
 
 Floods are local only (ipc or 127.0.0.1), bounded in count and time (never more than
 60 s; --min-rejected makes a flood last until the watcher has turned away that many
@@ -49,14 +51,32 @@ def _counters(feed) -> dict:
         rejected, shed = s.bad_frames + s.refused, s.shed_frames
     else:
         rejected, shed = s.bad_frames + sum(s.flooded.values()) + s.refused, 0
-    return {"frames": s.frames, "rejected": rejected, "shed": shed, "denied": getattr(s, "denied", 0)}
+    conns = getattr(s, "conns", None)  # connection cap and eviction (older code has none)
+    return {"frames": s.frames, "rejected": rejected, "shed": shed, "denied": getattr(s, "denied", 0),
+            "turned_away": getattr(conns, "turned_away", 0), "evicted": getattr(conns, "evicted", 0)}
 
 
 CAP_S = 60.0  # no flood runs longer than this, whatever else is asked
 
 
+def _stall(server, stall_s: float) -> None:
+    """The reader takes nothing for `stall_s` from the first frame on, as a watcher whose
+    reader is starved: zmq's queues fill to whatever bounds them."""
+    drain, until = server._drain, []
+
+    def stalled() -> bool:
+        if not until:
+            until.append(time.monotonic() + stall_s)
+        if time.monotonic() < until[0]:
+            time.sleep(0.01)
+            return False
+        return drain()
+
+    server._drain = stalled
+
+
 def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_file: str,
-            dashboard: bool, token: str | None) -> None:
+            dashboard: bool, token: str | None, stall_s: float = 0.0) -> None:
     """The watcher process: listen, say 'ready'; once the flood has run `seconds` and
     it has turned away `min_rejected` frames (or CAP_S passed), create `stop_file` (the
     flooders stop on it), run `settle` more seconds, print one JSON line."""
@@ -64,6 +84,8 @@ def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_fi
 
     kw = {"token": token} if token else {}
     feed = LiveFeed(addr, **kw).start()
+    if stall_s:
+        _stall(feed.server, stall_s)
     peak = [_rss_mb()]
     busy = [0.0, 0.0, 0]  # first and last time the rejected count moved, and that count
     stop = threading.Event()
@@ -121,6 +143,12 @@ def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_fi
 
 def _frames(mix: str, rng: random.Random) -> list:
     """A pool of frames to cycle through (built once: the flooders measure zmq, not urandom)."""
+    if mix == "big":
+        try:
+            from commviz.events import MAX_WIRE_FRAME as size
+        except ImportError:  # older code
+            size = 256 * 1024
+        return [rng.randbytes(size) for _ in range(4)]
     pool = [rng.randbytes(64) for _ in range(256)]
     if mix == "hostile":
         nested = b"\x91" * 200_000 + b"\xc0"  # 200k nested one-element arrays
@@ -182,9 +210,11 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=2.0, help="watcher runs this long after the flood")
     ap.add_argument("--min-rejected", type=int, default=0,
                     help="flood on (at most 60 s) until the watcher has turned away this many frames")
-    ap.add_argument("--mix", choices=("random", "hostile"), default="random")
+    ap.add_argument("--mix", choices=("random", "hostile", "big"), default="random")
     ap.add_argument("--tcp", action="store_true", help="tcp://127.0.0.1 (with a token) instead of ipc")
     ap.add_argument("--no-dashboard", action="store_true")
+    ap.add_argument("--stall", type=float, default=0.0,
+                    help="the watcher's reader takes nothing for this long once frames arrive (zmq's queues fill)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object (for tests)")
     ap.add_argument("--_watcher", help=argparse.SUPPRESS)
     ap.add_argument("--_flood", help=argparse.SUPPRESS)
@@ -195,7 +225,7 @@ def main() -> None:
     token = os.environ.get("FLOOD_TOKEN")
     if args._watcher:
         return watcher(args._watcher, args.seconds, args.settle, args.min_rejected, args._stop,
-                       not args.no_dashboard, token)
+                       not args.no_dashboard, token, args.stall)
     if args._flood:
         return flooder(args._flood, args._peers, args._stop, args.mix, token, args._seed)
 
@@ -215,7 +245,7 @@ def main() -> None:
     stop = os.path.join(tmp, "stop")
     common = ["--_stop", stop, "--seconds", str(args.seconds), "--settle", str(args.settle), "--mix", args.mix,
               "--min-rejected", str(args.min_rejected)]
-    dash = ["--no-dashboard"] if args.no_dashboard else []
+    dash = (["--no-dashboard"] if args.no_dashboard else []) + ["--stall", str(args.stall)]
     w = subprocess.Popen(me + ["--_watcher", addr] + common + dash, stdout=subprocess.PIPE, text=True)
     if w.stdout.readline().strip() != "ready":
         sys.exit("the watcher did not start")
@@ -232,6 +262,7 @@ def main() -> None:
         return
     print(f"{os.cpu_count()} CPUs, {'tcp loopback + token' if args.tcp else 'ipc'}, mix {args.mix}, "
           f"dashboard {'off' if args.no_dashboard else 'on'}, {flood_s:.1f} s flood")
+    print(f"connections: {got.get('turned_away', 0):,} refused over the cap, {got.get('evicted', 0):,} closed after a bad frame")
     print(f"watcher read {got['frames']:,} valid frames, turned away {got['rejected']:,}, shed {got['shed']:,}; "
           f"RSS {got['base_mb']:.0f} MB at start, {got['end_mb']:.0f} MB {args.settle:g} s after the flood")
     if got["reader_cpu_s"]:

@@ -262,6 +262,28 @@ def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
     return _encoder.encode(Batch(schema, rank, events))
 
 
+# The largest frame on the wire. A watcher's memory for peers that do not follow the
+# protocol is a few frames per connection, so this bounds it; a batch of 4,096 ops is
+# ~200 KB (sent as two frames), a host's topology ~20 KB. Trace files allow more
+# (trace/file.py).
+MAX_WIRE_FRAME = 128 * 1024
+
+
+def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int = MAX_WIRE_FRAME):
+    """`events` as frames of at most `limit` bytes, in order: (payload, events in it).
+    A run too big is halved until it fits; a single event bigger than the limit comes
+    as (None, 1), for the caller to count as lost."""
+    payload = encode_batch(rank, events, schema)
+    if len(payload) <= limit:
+        yield payload, len(events)
+    elif len(events) == 1:
+        yield None, 1
+    else:
+        half = len(events) // 2
+        yield from encode_frames(rank, events[:half], schema, limit)
+        yield from encode_frames(rank, events[half:], schema, limit)
+
+
 def _newer(schema: int) -> FrameError:
     return FrameError(
         f"frame uses event schema {schema}, this commviz reads up to "

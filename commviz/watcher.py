@@ -205,6 +205,8 @@ class LiveFeed:
             bits.append(f"{srv.shed_frames} frames shed ({worst})")
         if srv.denied:
             bits.append(f"{srv.denied} connections refused (no valid token)")
+        if srv.turned_away:
+            bits.append(f"{srv.turned_away} connections refused (over {srv.conns.max_open} at once)")
         return " · ".join(bits)
 
     def all_exited(self) -> bool:

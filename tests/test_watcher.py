@@ -109,6 +109,33 @@ def test_the_status_line_counts_peers_refused_for_want_of_the_token():
         feed.close()
 
 
+def test_the_status_line_counts_connections_refused_for_being_one_too_many(tmp_path):
+    """A real flood of connections: past the cap each new one is refused and the status
+    line says how many, and what the cap is."""
+    import zmq
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock")
+    feed.server.conns.max_open = 2
+    feed.start()
+    ctx = zmq.Context()
+    socks = []
+    try:
+        for i in range(4):
+            s = ctx.socket(zmq.DEALER)
+            s.setsockopt(zmq.LINGER, 0)
+            s.connect(feed.addr)
+            socks.append(s)
+        assert wait_for(lambda: feed.server.turned_away >= 2)
+        assert f"{feed.server.turned_away} connections refused (over 2 at once)" in feed.status()
+    finally:
+        for s in socks:
+            s.close()
+        ctx.term()
+        feed.close()
+
+
 def sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 

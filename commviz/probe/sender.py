@@ -12,7 +12,8 @@ import os
 import threading
 import time
 
-from commviz.events import BASE_SCHEMA, HOST_TOPOLOGY_SINCE, S_T, Counters, Goodbye, GroupDef, Hello, HostTopology, encode_batch
+from commviz.events import (BASE_SCHEMA, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_T, Counters, Goodbye, GroupDef, Hello,
+                             HostTopology, encode_batch, encode_frames)
 from commviz.probe import derive
 from commviz.probe.health import Health
 
@@ -26,6 +27,7 @@ MAX_BATCH = 4096  # events per frame
 # job still gets everything; beyond it the oldest are dropped and counted.
 BACKLOG_EVENTS = 100_000
 EXIT_GRACE_S = 0.25  # at exit, wait at most this long for ops still completing
+EXIT_HANDOVER_S = 0.5  # and this long for a watcher that is taking frames to take the rest
 
 
 class Sender:
@@ -121,33 +123,40 @@ class Sender:
         got = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
         return derive.drain(self, got)  # events of them, in queue order (probe/derive.py)
 
-    def flush(self, final: list | None = None) -> None:
+    def flush(self) -> None:
         events = self._carry + self._drain()
         self._carry = []
-        if final is not None:
-            # The goodbye counts what neither the watcher nor the trace will have got,
-            # this batch included: an event only the trace holds is not lost. Reach for
-            # a watcher first: one that came up since the last flush gets the backlog
-            # now, and the count says so (else it would count all that as lost).
-            if self.client is not None and (not self.connected or self.backlog):
-                self._send_backlog()
-            unsent = 0 if self.connected or self.trace is not None else len(events) + 2
-            undelivered = self.health.dropped + self.backlog_untraced + unsent
-            final = [Goodbye(f.t, undelivered, f.reason) if isinstance(f, Goodbye) else f for f in final]
         now = time.monotonic()
-        if final is not None or now - self._last_counters >= COUNTERS_EVERY_S:
+        if now - self._last_counters >= COUNTERS_EVERY_S:
             self._last_counters = now
-            h = self.health
-            events.append(Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors))
-        if final:
-            events.extend(final)
+            events.append(self._counters())
         for i in range(0, len(events), MAX_BATCH):
             self._emit(events[i : i + MAX_BATCH])
-        if not events and self.backlog and self.client is not None:
-            self._send_backlog()  # a watcher may have come up while the job idles
+        if self.client is not None:
+            self._send_backlog()  # acks free the window; a watcher may have come up
+
+    def _counters(self) -> Counters:
+        h = self.health
+        return Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors)
 
     def _emit(self, events: list) -> None:
-        payload = encode_batch(self.rank, events, self.schema)
+        for payload, n in encode_frames(self.rank, events, self.schema):
+            if payload is None:
+                self.health.dropped += n
+                self.health.warn_once("oversize", f"an event over {MAX_WIRE_FRAME >> 10} KiB was left out")
+                continue
+            traced = self._write_trace(payload)
+            if self.client is None:
+                if not traced:
+                    self.health.dropped += n
+                continue
+            self.backlog.append((payload, n, traced))
+            self.backlog_events += n
+            self.backlog_untraced += 0 if traced else n
+            while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
+                self._pop_backlog(lost=True)
+
+    def _write_trace(self, payload: bytes) -> bool:
         if self.trace is not None:
             try:
                 self.trace.write(payload)
@@ -155,17 +164,7 @@ class Sender:
                 self.health.trace_errors += 1
                 self.health.warn_once("trace-write", f"trace write failed ({exc}); the job goes on, trace stops here")
                 self.trace = None
-        traced = self.trace is not None
-        if self.client is None:
-            if not traced:
-                self.health.dropped += len(events)
-            return
-        self.backlog.append((payload, len(events), traced))
-        self.backlog_events += len(events)
-        self.backlog_untraced += 0 if traced else len(events)
-        while self.backlog_events > BACKLOG_EVENTS and len(self.backlog) > 1:
-            self._pop_backlog(lost=True)
-        self._send_backlog()
+        return self.trace is not None
 
     def _pop_backlog(self, lost: bool) -> None:
         """`dropped` counts events that reached neither a watcher nor the trace."""
@@ -176,21 +175,47 @@ class Sender:
             if lost:
                 self.health.dropped += n
 
-    def _send_backlog(self) -> None:
+    def _send_backlog(self, extra: int = 0) -> None:
+        """Hand frames to the watcher as far as its acks allow (transport/credit.py):
+        what it has not acknowledged is at most the window (`extra` more for the
+        goodbye), and what a dropped connection took with it is counted here, exactly."""
+        client = self.client
+        lost = client.poll()
+        if lost is not None:
+            self.connected = False
+            self.health.dropped += sum(n for n, traced in lost if not traced)
         if not self.connected:
-            # A (re)connected watcher must learn who we are and what is in flight.
-            resync, schema = [self.hello, *self.groups, *self.inflight.values()], BASE_SCHEMA
-            if self.topology is not None:
-                resync.append(self.topology)
-                schema = HOST_TOPOLOGY_SINCE
-            if not self.client.send(encode_batch(self.rank, resync, schema)):
+            if client.room + extra <= 0:
+                return
+            if not client.send(self._resync(), (0, True)):
                 return
             self.connected = True
-        while self.backlog:
-            if not self.client.send(self.backlog[0][0]):
+        while self.backlog and client.room + extra > 0:
+            payload, n, traced = self.backlog[0]
+            if not client.send(payload, (n, traced)):
                 self.connected = False
                 return
             self._pop_backlog(lost=False)
+
+    def _resync(self) -> bytes:
+        """What a (re)connected watcher must learn first: who we are, our groups and
+        what is in flight (the newest of it, if all of it would not fit one frame)."""
+        inflight = list(self.inflight.values())
+        tail, schema = ([self.topology], HOST_TOPOLOGY_SINCE) if self.topology is not None else ([], BASE_SCHEMA)
+        while True:
+            payload = encode_batch(self.rank, [self.hello, *self.groups, *inflight, *tail], schema)
+            if len(payload) <= MAX_WIRE_FRAME or not inflight:
+                return payload
+            inflight = inflight[len(inflight) // 2 + 1 :]
+
+    def _hand_over(self, deadline: float) -> None:
+        """At exit: what the backlog holds goes to a watcher that is taking it, until
+        the deadline; a watcher that is absent or frozen costs no wait."""
+        while self.backlog:
+            self._send_backlog()
+            if not self.backlog or not self.connected or time.monotonic() >= deadline:
+                return
+            time.sleep(0.002)
 
     def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
         """Last flush with a goodbye; bounded in time so exit is never held up."""
@@ -207,7 +232,22 @@ class Sender:
                 break
             time.sleep(0.005)
         try:
-            self.flush(final=[Goodbye(time.monotonic_ns(), self.health.dropped + self.backlog_untraced, reason)])
+            events = self._carry + [self._counters()]
+            self._carry = []
+            for i in range(0, len(events), MAX_BATCH):
+                self._emit(events[i : i + MAX_BATCH])
+            if self.client is not None:
+                self._hand_over(time.monotonic() + EXIT_HANDOVER_S)
+                while self.backlog:  # not handed over in time: lost unless traced
+                    self._pop_backlog(lost=True)
+            # The goodbye counts what neither the watcher nor the trace got before it.
+            # It may go one past the window (and past a resync), so a watcher that is
+            # taking frames gets it even when the window is full.
+            self._emit([Goodbye(time.monotonic_ns(), self.health.dropped, reason)])
+            if self.client is not None:
+                self._send_backlog(extra=2)
+                while self.backlog:
+                    self._pop_backlog(lost=True)
         finally:
             if self.trace is not None:
                 self.trace.close()

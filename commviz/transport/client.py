@@ -1,24 +1,32 @@
-"""Rank side of the wire: a non-blocking zmq DEALER that reconnects by itself."""
+"""Rank side of the wire: a non-blocking zmq DEALER that reconnects by itself and
+keeps count, with the watcher's acks (credit.py), of what it has handed over."""
 
 from __future__ import annotations
 
 import os
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from commviz.transport import token as tokens
 from commviz.transport.address import parse
+from commviz.transport.credit import Window, acked
 
-SNDHWM = 256  # batches queued in zmq before sends fail and are counted as dropped
+SNDHWM = 256  # batches queued in zmq before sends fail (the window keeps far fewer)
 RECONNECT_MS = 100
 RECONNECT_MAX_MS = 500  # a watcher started mid-run is reached within a second
-LINGER_MS = 500  # at exit, at most this long is spent handing over the last batches
+LINGER_MS = 500  # at exit, at most this long is spent handing over the last frames
+# Frames a sender may have handed over that the watcher has not acknowledged. A rank
+# flushes ~50 frames a second and a watcher acks within milliseconds, so 8 never
+# slows a live stream; a frozen or slow watcher holds at most 8 of a rank's frames.
+WINDOW = 8
 
 
 class Client:
-    def __init__(self, addr: str, identity: bytes, token: str | None = None) -> None:
+    def __init__(self, addr: str, identity: bytes, token: str | None = None, window: int = WINDOW) -> None:
         parse(addr)
         self.addr = addr
+        self.window = Window(window)
         self._ctx = zmq.Context(io_threads=1)
         s = self._ctx.socket(zmq.DEALER)
         token = token if token is not None else os.environ.get(tokens.ENV)
@@ -26,23 +34,59 @@ class Client:
             tokens.present(s, token)
         s.setsockopt(zmq.IDENTITY, identity)
         # Queue only on live connections: with no watcher a send fails at once and
-        # the batch is counted as dropped, instead of piling up in memory.
+        # the batch stays in the sender's backlog, instead of piling up in zmq.
         s.setsockopt(zmq.IMMEDIATE, 1)
         s.setsockopt(zmq.SNDHWM, SNDHWM)
         s.setsockopt(zmq.RECONNECT_IVL, RECONNECT_MS)
         s.setsockopt(zmq.RECONNECT_IVL_MAX, RECONNECT_MAX_MS)
         s.setsockopt(zmq.LINGER, LINGER_MS)
+        # A dropped connection takes the frames zmq still held for it: the monitor
+        # says when, so the sender can count them.
+        self._mon = s.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         s.connect(addr)
         self._sock = s
 
-    def send(self, payload: bytes) -> bool:
-        """Hand one frame to zmq without ever blocking; False if it was not taken."""
+    @property
+    def room(self) -> int:
+        """Frames that may be handed over before the watcher acknowledges more."""
+        return self.window.room
+
+    def send(self, payload: bytes, tag=None) -> bool:
+        """Hand one frame to zmq without ever blocking; False if it was not taken
+        (no connection). The caller checks `room` first, except for a last frame
+        (a goodbye) that may go one past the window."""
         try:
             self._sock.send(payload, zmq.NOBLOCK, copy=False)
-            return True
         except zmq.Again:
             return False
+        self.window.sent(tag)
+        return True
+
+    def poll(self) -> list | None:
+        """Take the watcher's acks. None while the connection held; after it dropped,
+        the tags of the frames it took unacknowledged (a list, maybe empty)."""
+        dropped = False
+        while True:
+            try:
+                event = parse_monitor_message(self._mon.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            dropped |= event["event"] == zmq.EVENT_DISCONNECTED
+        # Acks that arrived before the drop was seen came over the old connection.
+        n = 0
+        while True:
+            try:
+                n += acked(self._sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        self.window.ack(n)
+        return self.window.lose() if dropped else None
 
     def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(0)
         self._sock.close()
         self._ctx.term()

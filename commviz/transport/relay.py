@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
-from commviz.events import Batch, encode_batch
+from commviz.events import Batch, encode_frames
 from commviz.transport.client import Client
 from commviz.transport.server import Server
 
 FLUSH_S = 0.05
 MAX_EVENTS = 4096  # per forwarded frame, as the probe's own MAX_BATCH
 MAX_HELD = 1_000_000  # events held for forwarding at most; past that the oldest rank's are dropped
+# Frames to the centre not yet acknowledged (transport/credit.py): a node's ranks send
+# one frame each per flush, so a window of many ranks' frames.
+WINDOW = 64
 
 
 class Relay:
@@ -37,7 +41,7 @@ class Relay:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         ident = f"relay-{socket.gethostname()}-{id(self):x}".encode()
-        self.client = Client(to, identity=ident, token=token)
+        self.client = Client(to, identity=ident, token=token, window=WINDOW)
         self.server = Server(listen, self._on_batch, self._on_error, token=listen_token)
         self.addr = self.server.addr
         self._thread = threading.Thread(target=self._run, name="commviz-relay", daemon=True)
@@ -66,17 +70,39 @@ class Relay:
             self.flush()
 
     def flush(self) -> None:
-        """Forward what is held: one frame per rank (split past MAX_EVENTS)."""
+        """Forward what is held: one frame per rank (split past MAX_EVENTS), as far as
+        the centre's acks allow; the rest waits for the next flush."""
+        lost = self.client.poll()
+        if lost:
+            self.dropped += sum(lost)
         with self._lock:
             held, self.held, self.held_events = self.held, {}, 0
         for rank, events in held.items():
-            for i in range(0, len(events), MAX_EVENTS):
-                chunk = events[i : i + MAX_EVENTS]
-                if self.client.send(encode_batch(rank, chunk)):
-                    self.forwarded += len(chunk)
-                    self.frames_out += 1
+            done = self._forward(rank, events)
+            if done < len(events):
+                self._keep(rank, events[done:])
+
+    def _forward(self, rank: int, events: list) -> int:
+        """How many of `events`, in order, were dealt with (sent, or too big for the
+        wire and counted) before the window filled."""
+        done = 0
+        for i in range(0, len(events), MAX_EVENTS):
+            for payload, n in encode_frames(rank, events[i : i + MAX_EVENTS]):
+                if payload is None:
+                    self.dropped += n
+                elif self.client.room <= 0 or not self.client.send(payload, n):
+                    return done
                 else:
-                    self.dropped += len(chunk)
+                    self.forwarded += n
+                    self.frames_out += 1
+                done += n
+        return done
+
+    def _keep(self, rank: int, events: list) -> None:
+        """Not forwarded now: back in front of what arrived meanwhile, in order."""
+        with self._lock:
+            self.held[rank] = events + self.held.get(rank, [])
+            self.held_events += len(events)
 
     def status(self) -> str:
         bits = [f"relaying {self.addr} → {self.to}", f"{len(self.server.peers)} peers",
@@ -87,10 +113,16 @@ class Relay:
             bits.append(f"{self.server.bad_frames} bad frames")
         return " · ".join(bits)
 
-    def close(self) -> None:
-        """Stop listening, forward what is held, and give zmq its linger to hand it over."""
+    def close(self, hand_over_s: float = 0.5) -> None:
+        """Stop listening, forward what is held as far as the centre takes it within
+        `hand_over_s` (the rest is counted as dropped), and give zmq its linger."""
         self._stop.set()
         self._thread.join(2)
         self.server.close()
+        end = time.monotonic() + hand_over_s
         self.flush()
+        while self.held_events and time.monotonic() < end:
+            time.sleep(0.005)
+            self.flush()
+        self.dropped += self.held_events
         self.client.close()

@@ -2,14 +2,16 @@
 ranks. Nothing from the wire is trusted: frames are size limited by zmq, decoded with
 the typed schema, and failures are counted and named by peer, never raised.
 
-Memory for the wire is bounded in two places: zmq holds at most RCVHWM frames per
-connection (then it stops reading that connection and the kernel pushes back on the
-sender), and decoded frames wait for the model in one queue sized in bytes across all
-peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
+Memory for the wire is bounded in three places: a peer keeps at most its credit
+window of frames unacknowledged (credit.py; every frame taken is acked once the model
+has it, or once it was shed), zmq holds at most RCVHWM frames per connection (then it
+stops reading that connection and the kernel pushes back on the sender), and decoded
+frames wait for the model in one queue sized in bytes across all peers (inbox.py). The reader thread never takes the model's lock, so bad frames are
 turned away as fast as zmq hands them over, and a flood drains instead of queueing."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import socket
@@ -20,16 +22,26 @@ from typing import Callable
 
 import zmq
 
-from commviz.events import Batch, FrameError, decode_batch
+from commviz.events import MAX_WIRE_FRAME, Batch, FrameError, decode_batch
 from commviz.transport import token as tokens
+from commviz.transport.conns import Connections
+from commviz.transport.credit import ack_frame
 from commviz.transport.address import AddressError, check_private_dir, parse
 from commviz.transport.inbox import Inbox, cost
 from commviz.transport.tally import Tally
 
-MAX_FRAME = 16 * 1024 * 1024  # peers sending more are disconnected by zmq, unread
+MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 # Frames zmq queues per connection. The reader drains far faster than a rank sends
 # (~50 frames/s); a rank whose frames are not taken keeps them in its own backlog.
-RCVHWM = 8
+# (1 would do for ranks, but zmq 4.3 then delivers nothing on a PLAIN connection.)
+RCVHWM = 2
+# Connections open at once. What zmq holds for the wire is at most about this many
+# times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
+# queued): 128 × 4 × 128 KiB = 64 MiB, whatever peers do (a few more connections
+# for a moment: the cap acts on the monitor's news, which can lag). A node's ranks are one
+# connection each; many nodes go through relays, one connection per node (128 nodes
+# of 8 GPUs: 1,024 ranks).
+MAX_CONNECTIONS = 128
 QUEUE_BYTES = 64 * 1024 * 1024  # decoded frames waiting for the model, all peers together
 # A rank sends ~50 batches a second; far beyond that is a bug or an attack.
 FLOOD_FRAMES_PER_S = 2000
@@ -83,6 +95,7 @@ class Server:
         flood_frames_per_s: int = FLOOD_FRAMES_PER_S,
         max_peers: int = MAX_PEERS,
         queue_bytes: int = QUEUE_BYTES,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
@@ -96,14 +109,24 @@ class Server:
         self.refused = 0  # frames from peers beyond max_peers, ignored
         self.cpu_s = 0.0  # CPU time the reader thread used, for the flood bench
         self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
-        self._inbox = Inbox(queue_bytes, on_batch, on_error)
+        self._on_batch = on_batch
+        self._inbox = Inbox(queue_bytes, self._deliver, on_error)
+        # Acks owed, one identity per frame dealt with. The ingest thread appends and
+        # wakes the reader through a pipe (only the reader may use the zmq socket).
+        self._acks: collections.deque = collections.deque()
+        self._ack_woken = False
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._gate: tokens.Gate | None = None
+        self.conns: Connections | None = None
         self._trim = _malloc_trim()
         self._ipc_path = rest if kind == "ipc" else None
         if self._ipc_path:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._bind(addr, token)
+        self.conns = Connections(self._sock, max_connections, count_failed=bool(token)).start()
         if kind == "tcp" and rest.endswith(":0"):
             self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._stop = threading.Event()
@@ -111,11 +134,11 @@ class Server:
 
     def _bind(self, addr: str, token: str | None) -> zmq.Socket:
         s = self._ctx.socket(zmq.ROUTER)
-        if token:
-            # PLAIN, checked by our ZAP handler: a peer without the token never
-            # completes the handshake, so none of its frames reach us; it is counted.
-            self._gate = tokens.Gate(self._ctx, token)
-            tokens.serve_plain(s)
+        # Every peer is asked about by our ZAP handler before zmq takes a frame from it:
+        # one too many is refused there, and with a token (PLAIN) a peer without it;
+        # none of their frames reach us, and each is counted.
+        self._gate = tokens.Gate(self._ctx, token, room=self._room).start()
+        tokens.serve(s, token)
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)
         s.setsockopt(zmq.LINGER, 0)
@@ -124,16 +147,13 @@ class Server:
             s.bind(addr)
         except zmq.ZMQError as exc:
             s.close()
-            if self._gate is not None:
-                self._gate.close()
+            self._gate.close()
             self._ctx.term()
             raise AddressError(f"cannot listen on {addr}: {exc}") from None
         finally:
             os.umask(old)
         if self._ipc_path:
             os.chmod(self._ipc_path, 0o600)
-        if self._gate is not None:
-            self._gate.watch(s)
         return s
 
     @property
@@ -167,20 +187,34 @@ class Server:
         self.thread.start()
         return self
 
+    def _room(self) -> bool:
+        return self.conns is None or self.conns.room()
+
     @property
     def denied(self) -> int:
         """Connections turned away for want of the token."""
-        return self._gate.denied if self._gate is not None else 0
+        return self._gate.denied + self.conns.failed
+
+    @property
+    def turned_away(self) -> int:
+        """Connections refused for being one too many."""
+        return self._gate.turned_away
 
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
         dirty = False  # something was turned away since memory was last handed back
         while not self._stop.is_set():
             try:
-                if poller.poll(100):
+                ready = dict(poller.poll(100))
+                if self._wake_r in ready:
+                    self._woken()
+                if self._sock in ready:
                     dirty |= self._drain()
-                elif dirty and self._trim is not None:
+                if self._acks:
+                    self._send_acks()
+                if not ready and dirty and self._trim is not None:
                     self._trim(0)  # the flood is over: give its memory back
                     dirty = False
             except zmq.ZMQError:
@@ -212,7 +246,7 @@ class Server:
                 n = 2  # parts the peer sent (the identity is ours)
                 while recv(NB, copy=False).more:
                     n += 1
-                turned = self._reject(ident, now, f"message of {n} parts, expected one frame")
+                turned = self._reject(ident, now, f"message of {n} parts, expected one frame", frame)
                 continue
             # A big frame is looked at in place: copied only if it proves valid.
             payload = frame.bytes if len(frame) <= COPY_UP_TO else frame.buffer
@@ -222,22 +256,56 @@ class Server:
                     bad[ident] = n + 1
                     turned = True
                 else:
-                    turned = self._reject(ident, now, payload)
+                    turned = self._reject(ident, now, payload, frame)
                 continue
             try:
                 batch = decode_batch(payload)
             except FrameError:
-                turned = self._reject(ident, now, payload)
+                turned = self._reject(ident, now, payload, frame)
                 continue
             if type(payload) is memoryview:
                 payload = bytes(payload)
             turned |= not self._accept(ident, batch, payload, now)
         return turned
 
-    def _reject(self, ident: bytes, now: float, why) -> bool:
+    def _deliver(self, batch: Batch, payload: bytes, ident: bytes) -> None:
+        """On the ingest thread: the model has the frame, so its peer may send another."""
+        try:
+            self._on_batch(batch, payload)
+        finally:
+            self._acks.append(ident)
+            if not self._ack_woken:
+                self._ack_woken = True
+                try:
+                    os.write(self._wake_w, b"!")
+                except OSError:  # the pipe is full: the reader is awake already
+                    pass
+
+    def _woken(self) -> None:
+        self._ack_woken = False  # before the acks are taken: a later append wakes us again
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _send_acks(self) -> None:
+        q, owed = self._acks, {}
+        for _ in range(len(q)):
+            ident = q.popleft()
+            owed[ident] = owed.get(ident, 0) + 1
+        for ident, n in owed.items():
+            try:  # a ROUTER drops a frame for a peer that is gone; never blocks
+                self._sock.send_multipart([ident, ack_frame(n)], zmq.NOBLOCK)
+            except zmq.ZMQError:
+                pass
+
+    def _reject(self, ident: bytes, now: float, why, frame: zmq.Frame) -> bool:
         """Count a bad frame; `why` (the frame itself, or a reason) becomes words only
-        when the peer is described."""
+        when the peer is described, and then its connection is closed too (it may come
+        back: it is closed again the next time it is described)."""
         if self.rejected.add(ident, now):
+            self.conns.evict(frame.get(zmq.SRCFD))
             n = self.rejected.by_peer.get(ident, 0)
             reason = why if isinstance(why, str) else _why_bad(why)
             self.on_error(_name(ident), f"{reason} ({n} bad frames from it so far)")
@@ -261,13 +329,16 @@ class Server:
                 self.refused += 1
                 if self.refused == 1:
                     self.on_error(_name(ident), f"more than {self.max_peers} peers: ignoring new ones")
+                self._acks.append(ident)  # dealt with: not taken, and the peer may go on
                 return False
         self.peers[ident] = now
         if self._over_limit(ident, now):
             self._shed(ident, now, f"over {self.flood_limit} frames/s")
+            self._acks.append(ident)
             return False
-        if not self._inbox.put((batch, payload), cost(payload, len(batch.events))):
+        if not self._inbox.put((batch, payload, ident), cost(payload, len(batch.events))):
             self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
+            self._acks.append(ident)
             return False
         self.frames += 1
         return True
@@ -288,10 +359,13 @@ class Server:
         if self.thread.is_alive():
             self.thread.join(2)
         self._inbox.close()
-        if self._gate is not None:
-            self._gate.close()
+        self._gate.close()
+        self.conns.close()
         self._sock.close()
         self._ctx.term()
+        if not self._inbox.thread.is_alive():  # else it may still wake us: leave the pipe
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
         if self._ipc_path and os.path.exists(self._ipc_path):
             try:
                 os.unlink(self._ipc_path)

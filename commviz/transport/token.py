@@ -17,6 +17,7 @@ import os
 import secrets
 import sys
 import threading
+from typing import Callable
 
 import zmq
 
@@ -55,9 +56,11 @@ def matches(offered: bytes, token: bytes) -> bool:
     return hmac.compare_digest(offered, token)
 
 
-def serve_plain(sock: zmq.Socket) -> None:
-    """Make a listening socket ask every peer for the token (PLAIN, checked by ZAP)."""
-    sock.setsockopt(zmq.PLAIN_SERVER, 1)
+def serve(sock: zmq.Socket, token: str | None) -> None:
+    """Make a listening socket ask our ZAP handler about every peer before it takes a
+    frame from it; with a token, the peer must offer it (PLAIN)."""
+    if token:
+        sock.setsockopt(zmq.PLAIN_SERVER, 1)
     sock.setsockopt(zmq.ZAP_DOMAIN, DOMAIN)
 
 
@@ -67,42 +70,36 @@ def present(sock: zmq.Socket, token: str) -> None:
     sock.setsockopt(zmq.PLAIN_PASSWORD, token.encode())
 
 
-_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
-
-
 class Gate:
-    """The ZAP handler of one zmq context, and the count of peers it turned away.
+    """The ZAP handler of one zmq context: it admits a peer that offers the token (when
+    the listener wants one) while the listener has room for one more connection, and
+    counts whom it turned away and why. ZAP is asked during the handshake, before zmq
+    takes any frame from the peer, so a connection refused here costs no memory.
+    Handshakes that fail before ZAP is asked (a peer with no token speaks NULL to our
+    PLAIN listener) are counted by the socket's monitor (transport/conns.py)."""
 
-    `watch(sock)` also counts handshakes that failed before ZAP was asked (a peer with
-    no token speaks NULL to our PLAIN listener)."""
-
-    def __init__(self, ctx: zmq.Context, token: str) -> None:
-        self._token = token.encode()
-        self.denied = 0
+    def __init__(self, ctx: zmq.Context, token: str | None, room: Callable[[], bool] = lambda: True) -> None:
+        self._token = token.encode() if token else None
+        self._room = room
+        self.denied = 0  # offered no valid token
+        self.turned_away = 0  # one connection too many
         self._zap = ctx.socket(zmq.REP)
         self._zap.setsockopt(zmq.LINGER, 0)
         self._zap.bind(ZAP_ENDPOINT)
-        self._monitor: zmq.Socket | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="commviz-token", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="commviz-zap", daemon=True)
 
-    def watch(self, sock: zmq.Socket) -> "Gate":
-        self._monitor = sock.get_monitor_socket(_FAILED)
+    def start(self) -> "Gate":
         self._thread.start()
         return self
 
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._zap, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
         while not self._stop.is_set():
             try:
-                ready = dict(poller.poll(100))
-                if self._zap in ready:
+                if poller.poll(100):
                     self._zap.send_multipart(self.reply(self._zap.recv_multipart()))
-                if self._monitor in ready:
-                    self._monitor.recv_multipart()
-                    self.denied += 1
             except zmq.ZMQError:
                 if self._stop.is_set():
                     return
@@ -110,15 +107,21 @@ class Gate:
     def reply(self, req: list[bytes]) -> list[bytes]:
         """ZAP: [version, id, domain, address, identity, mechanism, *credentials]."""
         version, rid = (req + [b"", b""])[:2]
-        ok = (len(req) == 8 and req[5] == b"PLAIN" and req[2] == DOMAIN
-              and matches(req[6], USER) & matches(req[7], self._token))
-        code, text = (b"200", b"OK") if ok else (b"400", b"no valid token")
-        return [version, rid, code, text, USER if ok else b"", b""]
+        if self._token is None:
+            ok = len(req) == 6 and req[5] == b"NULL" and req[2] == DOMAIN
+        else:
+            ok = (len(req) == 8 and req[5] == b"PLAIN" and req[2] == DOMAIN
+                  and matches(req[6], USER) & matches(req[7], self._token))
+        if not ok:
+            self.denied += 1
+            return [version, rid, b"400", b"no valid token", b"", b""]
+        if not self._room():
+            self.turned_away += 1
+            return [version, rid, b"400", b"too many connections", b"", b""]
+        return [version, rid, b"200", b"OK", USER, b""]
 
     def close(self) -> None:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(1)
         self._zap.close(0)
-        if self._monitor is not None:
-            self._monitor.close(0)

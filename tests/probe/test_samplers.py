@@ -258,25 +258,16 @@ def test_the_sampler_thread_sends_this_hosts_topology_once_then_samples():
 def test_a_reconnecting_watcher_gets_the_hosts_topology_again():
     import collections
 
-    from commviz.events import HostTopology, decode_batch
+    from commviz.events import HostTopology
     from commviz.probe.health import Health
     from commviz.probe.sender import Sender
     from tests.helpers import hello
-
-    class Client:
-        def __init__(self):
-            self.frames = []
-
-        def send(self, payload):
-            self.frames.append(decode_batch(payload))
-            return True
-
-        def close(self):
-            pass
+    from tests.probe.test_sender import FakeClient
 
     q = collections.deque([HostTopology(1, "h", {"host": "h", "source": "nvml", "gpus": []})])
     s = Sender(0, hello(0), None, None, Health(), q)
-    s.client = Client()
+    s.client = FakeClient()
+    s.client.up = True
     s.flush()
     s.connected = False  # the watcher went away and came back
     s.flush()

@@ -12,24 +12,63 @@ from commviz.probe import sender as sender_mod
 from commviz.probe.health import Health
 from commviz.events import END, START
 from commviz.probe.sender import Sender
+from commviz.transport.credit import Window
 from tests.helpers import hello
 
 
 class FakeClient:
-    """up: a watcher takes every frame; room: it takes that many more, then none."""
+    """A watcher behind the real credit window (transport/credit.py). "up" takes every
+    frame and acks it by the next poll; "frozen" keeps what it is handed unacknowledged
+    (up to the window, as a SIGSTOPped watcher's zmq queue would); "down" has no
+    connection: a send fails, and frames a frozen watcher held are lost with it."""
 
-    def __init__(self):
-        self.up = False
-        self.room = None
-        self.frames = []
+    def __init__(self, window: int = 4):
+        self.window = Window(window)
+        self.state = "down"
+        self.frames = []  # what reached the watcher, in order
+        self.held = []  # taken by a frozen watcher, not yet read
+        self.acks = 0
+        self.cut = False
 
-    def send(self, payload):
-        if not self.up:
-            if not self.room:
-                return False
-            self.room -= 1
-        self.frames.append(decode_batch(payload))
+    @property
+    def room(self):
+        return self.window.room
+
+    def set(self, state: str) -> None:
+        if self.state == "frozen" and state == "up":  # it wakes and reads what it held
+            self.frames += self.held
+            self.acks += len(self.held)
+            self.held = []
+        if state == "down" and self.state != "down":  # the connection drops, and what it held
+            self.held, self.cut = [], True
+        self.state = state
+
+    @property
+    def up(self):
+        return self.state == "up"
+
+    @up.setter
+    def up(self, on: bool):
+        self.set("up" if on else "down")
+
+    def send(self, payload, tag=None):
+        if self.state == "down":
+            return False
+        self.window.sent(tag)
+        if self.state == "up":
+            self.frames.append(decode_batch(payload))
+            self.acks += 1
+        else:
+            self.held.append(decode_batch(payload))
         return True
+
+    def poll(self):
+        self.window.ack(self.acks)  # acks that came before the drop was seen
+        self.acks = 0
+        if self.cut:
+            self.cut = False
+            return self.window.lose()
+        return None
 
     def close(self):
         pass
@@ -93,50 +132,94 @@ def test_backlog_is_bounded_and_overflow_is_counted_exactly(monkeypatch):
     assert len(emitted) == 21
     assert (s.backlog_events, s.health.dropped) == (10, 11)
     s.client.up = True
-    s.flush()
+    for _ in range(4):  # a window of frames a flush, each acked by the next
+        s.flush()
     assert s.backlog_events == 0 and delivered(s.client) == 10
     assert [e[1] for e in events(s.client) if e[0] == "OpStart"][-10:] == list(range(10, 20))
 
 
-STEP = st.tuples(st.integers(0, 40), st.booleans(), st.integers(0, 3))
+STATES = st.sampled_from(["up", "frozen", "down"])
+STEP = st.tuples(st.integers(0, 40), STATES)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(STEP, max_size=25), watcher_at_exit=st.booleans())
-def test_every_event_is_delivered_dropped_or_waiting(monkeypatch, steps, watcher_at_exit):
-    """No trace: produced = delivered + dropped + backlog after every flush, whatever the
-    watcher does; and a goodbye that reaches a watcher says exactly how many it never got."""
+def held(client) -> int:
+    return sum(len(f.events) for f in client.held if not (f.events and isinstance(f.events[0], Hello)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(STEP, max_size=25), at_exit=STATES)
+def test_every_event_is_delivered_dropped_or_waiting(monkeypatch, steps, at_exit):
+    """No trace: produced = delivered + dropped + backlog + held by a frozen watcher
+    after every flush, whatever the watcher does (comes, freezes, wakes, goes); and the
+    goodbye says exactly how many events before it no watcher got."""
     monkeypatch.setattr(sender_mod, "BACKLOG_EVENTS", 25)
     monkeypatch.setattr(sender_mod, "MAX_BATCH", 7)
     monkeypatch.setattr(sender_mod, "EXIT_GRACE_S", 0.0)  # these starts never end
+    monkeypatch.setattr(sender_mod, "EXIT_HANDOVER_S", 0.0)
     s, q = make_sender()
     emitted = spy_emit(s)
     op_id = 0
-    for n, up, room in steps:
+    for n, state in steps:
         for _ in range(n):
             start(q, op_id)
             op_id += 1
-        s.client.up = up
-        s.client.room = room if not up else None  # a frozen watcher takes a few frames, then none
+        s.client.set(state)
         s.flush()
-        assert len(emitted) == delivered(s.client) + s.health.dropped + s.backlog_events
-    s.client.up, s.client.room = watcher_at_exit, None
-    if not watcher_at_exit:
-        # Gone, and the sender has seen a send fail since. (A watcher that vanishes
-        # after the last send that worked is not known to be gone: the goodbye then
-        # misses the final batch, itself included.)
-        start(q, op_id)
-        s.flush()
+        assert len(emitted) == delivered(s.client) + s.health.dropped + s.backlog_events + held(s.client)
+        assert len(s.client.window) <= s.client.window.size
+    s.client.set(at_exit)
     s.stop()
-    evs = emitted
-    bye = evs[-1]
+    bye = emitted[-1]
     assert isinstance(bye, Goodbye)
     got = delivered(s.client)
-    if watcher_at_exit:
+    if at_exit == "up":
         assert s.client.frames[-1].events[-1] == bye  # it arrived, and with it everything before it
-        assert bye.dropped == len(evs) - got == s.health.dropped
+        assert bye.dropped == len(emitted) - got == s.health.dropped
+    elif at_exit == "frozen":
+        # handed over past a full window, so a watcher that wakes gets it
+        assert s.client.held[-1].events[-1] == bye
+        assert got + held(s.client) + bye.dropped == len(emitted)
     else:
-        assert got + bye.dropped == len(evs)  # what no watcher got, the goodbye itself included
+        assert got + bye.dropped == len(emitted) - 1  # what no watcher got before the goodbye
+        assert s.health.dropped == bye.dropped + 1  # and the goodbye itself
+
+
+def test_a_full_window_keeps_the_rest_in_the_backlog_and_acks_release_it(monkeypatch):
+    """A frozen watcher holds at most the window; the sender keeps the rest, and sends
+    it, in order, once the watcher acks what it held."""
+    s, q = make_sender()
+    s.client.set("frozen")
+    for i in range(10):
+        start(q, i)
+        s.flush()
+    assert len(s.client.held) == s.client.window.size  # a resync and 3 frames
+    assert s.backlog_events >= 10 - 3 and s.health.dropped == 0
+    s.client.set("up")
+    for _ in range(4):
+        s.flush()
+    assert s.backlog_events == 0
+    streamed = [e.id for f in s.client.frames if not isinstance(f.events[0], Hello) for e in f.events
+                if isinstance(e, OpStart)]
+    assert streamed == list(range(10))
+
+
+def test_a_watcher_that_goes_away_costs_exactly_what_it_had_not_acked(monkeypatch):
+    s, q = make_sender()
+    emitted = spy_emit(s)
+    s.client.set("frozen")
+    for i in range(6):
+        start(q, i)
+        s.flush()
+    in_window = held(s.client)
+    assert len(s.client.held) == s.client.window.size and in_window >= 3  # a resync, 3 frames
+    s.client.set("down")
+    s.flush()
+    assert s.health.dropped == in_window  # only what the window held; the backlog waits
+    s.client.set("up")
+    for _ in range(3):
+        s.flush()
+    assert s.client.frames[0].events[0] == s.hello  # the new watcher is told who we are
+    assert len(emitted) == delivered(s.client) + s.health.dropped
 
 
 def _trace_events(path):
@@ -186,7 +269,8 @@ def test_goodbye_counts_what_reached_neither_a_watcher_nor_a_trace():
     s.stop()
     assert s.client.frames == []
     byes = [e for e in emitted if isinstance(e, Goodbye)]
-    assert len(byes) == 1 and byes[0].dropped == len(emitted)  # every event, the goodbye too
+    assert len(byes) == 1 and byes[0].dropped == len(emitted) - 1  # every event before it
+    assert s.health.dropped == len(emitted)  # and the goodbye itself
 
 
 def test_unwritable_trace_dir_warns_once_and_goes_on(tmp_path, capsys):
@@ -237,3 +321,24 @@ def test_a_host_topology_stamps_its_frame_and_the_resync_with_schema_2():
     s.flush()
     resync = s.client.frames[-2]
     assert resync.schema == HOST_TOPOLOGY_SINCE and isinstance(resync.events[-1], HostTopology)
+
+
+def test_frames_stay_under_the_wire_limit_and_an_event_too_big_for_any_is_counted(capsys):
+    """A watcher takes frames of at most MAX_WIRE_FRAME (it closes a connection that
+    sends more): a big run goes as several frames, in order; one event bigger than
+    that is left out, counted and said once."""
+    from commviz.events import MAX_WIRE_FRAME
+
+    s, q = make_sender()
+    s.client.up = True
+    emitted = spy_emit(s)
+    for i in range(4000):
+        q.append((START, i, i, "all_reduce", "0", i, 64, "float32", list(range(8)), -1, -1, False, "SUM"))
+    q.append(GroupDef("huge", list(range(100_000)), "gloo"))
+    for _ in range(8):
+        s.flush()
+    streamed = [f for f in s.client.frames if not isinstance(f.events[0], Hello)]
+    assert len(streamed) > 1
+    assert [e.id for f in streamed for e in f.events if isinstance(e, OpStart)] == list(range(4000))
+    assert s.health.dropped == 1 and len(emitted) == delivered(s.client) + 1
+    assert capsys.readouterr().err.count(f"an event over {MAX_WIRE_FRAME >> 10} KiB") == 1

@@ -27,3 +27,15 @@ def test_a_hostile_flood_stays_under_the_ceiling_with_the_dashboard():
     assert got["frames"] == 0  # none of it reached the model
     assert got["peak_mb"] < CEILING_MB, got
     assert got["end_mb"] < CEILING_MB, got
+
+
+def test_more_connections_than_the_cap_sending_the_largest_frames_stay_under_the_ceiling():
+    """The worst case for memory: every peer sends garbage frames of the largest size
+    the watcher takes, over more connections than it keeps open at once, while the
+    reader takes nothing for 3 s (so zmq's queues fill to whatever bounds them: main
+    before the cap peaked at 666 MB here; with it, 63-94 MB)."""
+    got = flood("--peers", "300", "--seconds", "2", "--stall", "3", "--mix", "big",
+                "--settle", "1.5", "--min-rejected", "500")
+    assert got["peak_mb"] < CEILING_MB, got
+    assert got["end_mb"] < CEILING_MB, got
+    assert got["evicted"] > 0 and got["frames"] == 0  # garbage senders lost their connections

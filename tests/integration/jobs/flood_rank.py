@@ -12,7 +12,20 @@ import threading
 import time
 
 import commviz
+from commviz.probe import sender as sender_mod
 
+# A spy on everything the sender emits, from its very first frame.
+emitted = [0, 0]
+_emit = sender_mod.Sender._emit
+
+
+def spy(self, events):
+    emitted[0] += len(events)
+    emitted[1] += sum(not hasattr(e, "__struct_fields__") for e in events)  # op records: plain sequences
+    _emit(self, events)
+
+
+sender_mod.Sender._emit = spy
 commviz.instrument()
 
 import torch  # noqa: E402
@@ -25,17 +38,6 @@ dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
 t = torch.ones(4)
 dist.all_reduce(t)
 probe = current()
-emitted = [0, 0]
-emit = probe.sender._emit
-
-
-def spy(events):
-    emitted[0] += len(events)
-    emitted[1] += sum(not hasattr(e, "__struct_fields__") for e in events)  # op records: plain sequences
-    emit(events)
-
-
-probe.sender._emit = spy
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 page = os.sysconf("SC_PAGE_SIZE")

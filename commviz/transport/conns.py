@@ -1,0 +1,99 @@
+"""The watcher's connections, from zmq's socket monitor: how many are open, and the
+power to close one.
+
+zmq bounds what it holds per connection (a few frames of at most MAX_WIRE_FRAME), not
+across them, so a flood of connections is the one way to make a watcher hold more.
+The ZAP handler (token.Gate) admits a new peer only while fewer than `max_open` are
+open, before zmq takes a frame from it: what zmq holds for the wire is then at most
+max_open × a few frames. A peer that sent a bad frame is closed (it may come back; it
+is closed again), so strangers hold no connection long. Handshakes that failed before
+ZAP was asked (a peer with no token speaks NULL to a PLAIN listener) are counted here:
+one monitor per socket."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import zmq
+from zmq.utils.monitor import parse_monitor_message
+
+# Refusals by ZAP (HANDSHAKE_FAILED_AUTH) are counted by the Gate, which knows why.
+_FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+_EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _FAILED
+
+
+def close_fd(fd: int) -> bool:
+    """Shut a connection's socket down under zmq, which then closes it and frees what
+    it held for it. True if there was a socket to shut."""
+    try:
+        s = socket.socket(fileno=fd)
+    except OSError:
+        return False
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.detach()  # the fd stays zmq's
+
+
+class Connections:
+    def __init__(self, sock: zmq.Socket, max_open: int, count_failed: bool = True) -> None:
+        self.max_open = max_open
+        # Without a token a handshake fails only when we close the connection
+        # ourselves (a bad frame), which is counted as that.
+        self.count_failed = count_failed
+        self.open: set[int] = set()  # fds zmq accepted and has not closed
+        self.evicted = 0  # connections closed after a bad frame
+        self.failed = 0  # handshakes that failed before ZAP was asked (no token)
+        self._sock = sock
+        self._monitor = sock.get_monitor_socket(_EVENTS)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="commviz-conns", daemon=True)
+
+    def start(self) -> "Connections":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._monitor, zmq.POLLIN)
+        while not self._stop.is_set():
+            try:
+                if poller.poll(100):
+                    self.on_event(parse_monitor_message(self._monitor.recv_multipart()))
+            except zmq.ZMQError:
+                if self._stop.is_set():
+                    return
+
+    def room(self) -> bool:
+        """For the ZAP handler: may one more peer connect? (The one asking is counted
+        in `open` already when the monitor's news came first.)"""
+        return len(self.open) <= self.max_open
+
+    def on_event(self, event: dict) -> None:
+        kind, fd = event["event"], event["value"]
+        if kind == zmq.EVENT_ACCEPTED:
+            self.open.add(fd)
+        elif kind == zmq.EVENT_DISCONNECTED:
+            self.open.discard(fd)
+        elif kind & _FAILED and self.count_failed:
+            self.failed += 1
+
+    def evict(self, fd: int) -> None:
+        """From the reader thread: close the connection a bad frame came on (it may
+        not be in `open` yet: the monitor's news can lag the frame)."""
+        if close_fd(fd):
+            self.evicted += 1
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(1)
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close(0)

@@ -1,0 +1,136 @@
+"""What a flood of connections can make the watcher hold: at most MAX_CONNECTIONS are
+open at once (the ZAP handler refuses one more before zmq takes a frame from it), and
+a peer that sends garbage loses its connection when it is described."""
+
+import socket
+import time
+
+import zmq
+
+from commviz.events import MAX_WIRE_FRAME, encode_batch, encode_frames
+from commviz.transport.client import Client
+from commviz.transport.conns import Connections, close_fd
+from commviz.transport.server import Server
+from commviz.transport.token import Gate
+from tests.helpers import hello, op
+from tests.transport.test_server import settled, sockdir, wait_for  # noqa: F401  (fixture)
+
+
+class NoCtx:
+    def socket(self, kind):
+        class S:
+            def setsockopt(self, *a): pass
+            def bind(self, *a): pass
+        return S()
+
+
+def test_the_zap_handler_turns_away_one_connection_too_many_and_says_why():
+    room = [True]
+    gate = Gate(NoCtx(), None, room=lambda: room[0])
+
+    def ask(mech=b"NULL"):
+        return gate.reply([b"1.0", b"7", b"commviz", b"", b"", mech])[2:4]
+
+    assert ask() == [b"200", b"OK"]
+    room[0] = False
+    assert ask() == [b"400", b"too many connections"]
+    assert (gate.turned_away, gate.denied) == (1, 0)
+    assert ask(b"PLAIN") == [b"400", b"no valid token"]  # a listener without a token speaks NULL
+    assert (gate.turned_away, gate.denied) == (1, 1)
+
+
+def test_past_the_cap_a_new_peer_gets_no_connection_and_the_first_keep_theirs(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got = []
+    server = Server(addr, lambda b, raw: got.append(b.rank), lambda *a: None, max_connections=2).start()
+    clients = [Client(addr, identity=f"rank{r}".encode()) for r in range(4)]
+    try:
+        time.sleep(0.5)  # every one of them tries
+        took = [c.send(encode_batch(r, [hello(r)])) for r, c in enumerate(clients)]
+        assert took.count(True) == 2 and server.turned_away >= 2  # and they keep trying
+        assert wait_for(lambda: sorted(got) == [r for r, t in enumerate(took) if t])
+        assert len(server.conns.open) == 2
+    finally:
+        for c in clients:
+            c.close()
+        server.close()
+
+
+def test_the_monitor_counts_open_connections_and_failed_handshakes():
+    class NoSock:
+        def get_monitor_socket(self, events):
+            return None
+
+    conns = Connections(NoSock(), max_open=1)
+    conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": 7})
+    assert conns.room()  # the one asking may be counted already
+    conns.on_event({"event": zmq.EVENT_ACCEPTED, "value": 8})
+    assert not conns.room()
+    conns.on_event({"event": zmq.EVENT_DISCONNECTED, "value": 7})
+    assert conns.room() and conns.open == {8}
+    conns.on_event({"event": zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL, "value": 0})
+    assert conns.failed == 1
+
+
+def test_close_fd_leaves_the_descriptor_to_its_owner():
+    a, b = socket.socketpair()
+    try:
+        assert close_fd(a.fileno())
+        b.settimeout(2)
+        assert b.recv(1) == b""
+        assert a.fileno() >= 0  # still open: zmq closes it, not us
+    finally:
+        a.close()
+        b.close()
+    assert not close_fd(10**6)
+
+
+def test_a_garbage_sender_loses_its_connection_and_ranks_keep_theirs(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got = []
+    server = Server(addr, lambda b, raw: got.append(b.rank), lambda *a: None).start()
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(addr)
+    c = Client(addr, identity=b"rank0")
+    try:
+        assert wait_for(lambda: c.send(encode_batch(0, [hello(0)])))
+        assert wait_for(lambda: got == [0])
+        raw.send(b"garbage")
+        assert wait_for(lambda: server.conns.evicted == 1)
+        assert c.send(encode_batch(0, op(0, 1, 2)))
+        assert wait_for(lambda: got == [0, 0])  # the rank's connection was not touched
+        assert c.poll() is None
+    finally:
+        c.close()
+        raw.close()
+        ctx.term()
+        server.close()
+
+
+def test_a_frame_over_the_wire_limit_never_reaches_the_watcher(sockdir):
+    addr = f"ipc://{sockdir}/w.sock"
+    got = []
+    server = Server(addr, lambda b, raw: got.append(len(b.events)), lambda *a: None).start()
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    raw.connect(addr)
+    try:
+        events = [hello(0)] + [e for i in range(6000) for e in op(i, i, i + 1)]
+        big = encode_batch(0, events)
+        assert len(big) > MAX_WIRE_FRAME
+        raw.send(big)
+        frames = list(encode_frames(0, events))
+        assert all(p is not None and len(p) <= MAX_WIRE_FRAME for p, _ in frames)
+        assert sum(n for _, n in frames) == len(events)
+        time.sleep(0.3)
+        for p, _ in frames:
+            raw.send(p)
+        assert wait_for(lambda: sum(got) == len(events))  # the frames that fit, all of them
+        assert server.frames == len(frames)
+    finally:
+        raw.close()
+        ctx.term()
+        server.close()
