@@ -1,13 +1,10 @@
 """What each part of the probe's per-op cost pays for: a staircase of wrappers
 around the bare fake-backend all_reduce, each adding one piece of what the real hot
-path (commviz/probe/patch.py, _fast_wrapper, crash ring off) does on the caller's
-thread; then the real wrapper on the caller's thread alone; then the probe thread's
-part, split into its derive (probe/derive.py: group, seq, tensor fields, the start
-and end records) and its encode.
+path (commviz/probe/patch.py, _fast_wrapper) does, then the real wrapper on the
+caller's thread alone, then with the probe thread's drain and encode.
 
-Steps 1-5 are a model of the hot path, written out here: if patch.py changes shape,
-update them. Interleaved rounds, paired medians, as bench/overhead.py; CPU time of
-the thread doing the work.
+Steps 1-4 are a model of the hot path, written out here: if patch.py changes
+shape, update them. Interleaved rounds, paired medians, as bench/overhead.py.
 
     python bench/overhead_costs.py [--rounds 40] [--calls 2000]
 """
@@ -18,6 +15,7 @@ import argparse
 import collections
 import itertools
 import os
+import statistics
 import tempfile
 import threading
 import time
@@ -31,7 +29,7 @@ def staircase(orig, probe_like):
     import torch
 
     clock, q = time.monotonic_ns, collections.deque()
-    append, ids, cuda, cap = q.append, itertools.count(), torch.cuda, 65536
+    append, ids, cuda, Tensor = q.append, itertools.count(), torch.cuda, torch.Tensor
 
     tls, p = threading.local(), probe_like
     tls.s = [0, False, 0, None]  # this thread's, as probe/core.py's thread_state makes it
@@ -42,7 +40,7 @@ def staircase(orig, probe_like):
             st = tls.s
         except AttributeError:
             st = None
-        if st[0]:
+        if st[0] or not p.started:
             return orig(*args, **kwargs)
         t0 = clock()
         st[0] = 1
@@ -51,50 +49,58 @@ def staircase(orig, probe_like):
         append((t0, clock()))
         return r
 
-    def gate(*args, **kwargs):
+    def fields(*args, **kwargs):
         try:
             st = tls.s
         except AttributeError:
             st = None
-        if st[0]:
+        if st[0] or not p.started:
             return orig(*args, **kwargs)
-        if not p.deferred or cuda._initialized:
-            return orig(*args, **kwargs)
-        if len(q) >= cap:
-            return orig(*args, **kwargs)
+        n = len(args)
+        x, group = args[0], args[2] if n > 2 else None
+        is_async, red = n > 3 and bool(args[3]), "SUM" if n <= 1 else str(args[1])
+        g = p.default_group if group is None else None
+        seq = g.seq
+        g.seq = seq + 1
+        op_id = next(ids)
         t0 = clock()
         st[0] = 1
         r = orig(*args, **kwargs)
         st[0] = 0
-        append((t0, clock()))
+        append((t0, clock(), x, op_id, seq, is_async, red))
         return r
 
-    def item(*args, **kwargs):
+    def records(*args, **kwargs):
         try:
             st = tls.s
         except AttributeError:
             st = None
-        if st[0]:
+        if st[0] or not p.started:
             return orig(*args, **kwargs)
-        if not p.deferred or cuda._initialized:
-            return orig(*args, **kwargs)
-        if len(q) >= cap:
-            return orig(*args, **kwargs)
-        it = [None, clock(), args, kwargs, None, None, next(ids)]
-        append(it)
+        n = len(args)
+        x, group = args[0], args[2] if n > 2 else None
+        is_async, red = n > 3 and bool(args[3]), "SUM" if n <= 1 else str(args[1])
+        g = p.default_group if group is None else None
+        seq = g.seq
+        g.seq = seq + 1
+        op_id = next(ids)
+        if p.ring_start is None and type(x) is Tensor and not cuda._initialized:
+            start = ["start", op_id, clock(), "all_reduce", g.gid, seq, x, "", (), -1, -1, is_async, red]
+        if len(q) < 65536:
+            append(start)
         st[0] = 1
         r = orig(*args, **kwargs)
         st[0] = 0
         if r is None and st[3] is None:
-            it[4] = clock()
+            append(("end", op_id, clock(), "", -1, -1))
         return r
 
     return [
         ("1 pass-through wrapper (*args, **kwargs)", passthrough),
         ("2 + two clock reads, one tuple append", clocks),
-        ("3 + nesting guard", guard),
-        ("4 + deferred/CUDA gate, queue cap", gate),
-        ("5 + the item: list of the raw call, op id", item),
+        ("3 + nesting guard, started check", guard),
+        ("4 + args by position, group, seq, op id", fields),
+        ("5 + start record (deferred), end record", records),
     ], lambda: (q.clear(), clear_floor())
 
 
@@ -121,18 +127,21 @@ def main() -> None:
     probe = current()
     probe.ensure_started()
     sender = probe.sender
-    sender._stop.set()  # drained and encoded by hand below, on this thread
+    sender._stop.set()  # flushed by hand below, on this thread
     sender._wake.set()
     sender.thread.join()
-    if probe.sampler is not None:
-        probe.sampler.stop()  # its samples would land in the timed drains
     small = torch.ones(256)
     bare = dist.all_reduce._commviz_original
     dist.all_reduce(small)  # the group is known from here on
     import types
 
-    steps, clear = staircase(bare, types.SimpleNamespace(deferred=True))
+    model = types.SimpleNamespace(started=True, default_group=probe.default_group, ring_start=None)
+    steps, clear = staircase(bare, model)
     probe_q = probe.queue
+
+    def real_caller_only(*a):
+        r = dist.all_reduce(*a)
+        return r
 
     def cpu(f, calls):
         c0 = time.thread_time_ns()
@@ -140,16 +149,9 @@ def main() -> None:
             f(small)
         return (time.thread_time_ns() - c0) / calls
 
-    real, derive, encode = ("6 the real wrapper, caller's thread", "7 + the probe thread's derive (drain)",
-                            "8 + its encode")
-    one_by_one = "7 without runs: derive call by call"
     got = {name: [] for name, _ in steps}
-    got.update({real: [], derive: [], encode: [], one_by_one: []})
-    mx = dist.ReduceOp.MAX
-
-    def alternating(t):  # no two calls alike in a row: probe/derive.py's run path never applies
-        dist.all_reduce(t)
-        dist.all_reduce(t, mx)
+    got["6 the real wrapper, caller's thread"] = []
+    got["7 the real wrapper + probe thread's drain, encode"] = []
     for _ in range(args.rounds):
         with suspended():
             for name, f in steps:
@@ -157,32 +159,18 @@ def main() -> None:
                 got[name].append(cpu(f, args.calls) - b)
                 clear()
             b = cpu(bare, args.calls)
+        got["6 the real wrapper, caller's thread"].append(cpu(real_caller_only, args.calls) - b)
         probe_q.clear()
+        c0 = time.thread_time_ns()
+        for _ in range(args.calls):
+            dist.all_reduce(small)
         sender.flush()
-        caller = cpu(dist.all_reduce, args.calls) - b
-        c0 = time.thread_time_ns()
-        events = sender._drain()
-        drained = (time.thread_time_ns() - c0) / args.calls
-        c0 = time.thread_time_ns()
-        sender._emit(events)
-        encoded = (time.thread_time_ns() - c0) / args.calls
-        got[real].append(caller)
-        got[derive].append(caller + drained)
-        got[encode].append(caller + drained + encoded)
-        probe_q.clear()
-        for _ in range(args.calls // 2):
-            alternating(small)
-        c0 = time.thread_time_ns()
-        sender._drain()
-        got[one_by_one].append(caller + (time.thread_time_ns() - c0) / (args.calls // 2 * 2))
+        got["7 the real wrapper + probe thread's drain, encode"].append((time.thread_time_ns() - c0) / args.calls - b)
     print(f"{'added cpu ns per all_reduce (median, middle half)':<52}{'added':>7} {'spread':>12}")
     prev = 0.0
     for name, diffs in got.items():
         m = med(diffs)
-        if name == one_by_one:
-            print(f"{name:<52}{m:>7.0f} {spread(diffs):>12} (+{m - med(got[real]):.0f} over 6)")
-            continue
-        step = f"(+{m - prev:.0f})" if name[0] in "234578" else ""
+        step = f"(+{m - prev:.0f})" if name[0] in "2345" else ""
         print(f"{name:<52}{m:>7.0f} {spread(diffs):>12} {step}")
         prev = m
     probe.shutdown()

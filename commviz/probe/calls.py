@@ -22,11 +22,11 @@ def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=Non
     g = probe.group_info(pg)
     if g is None:
         return None
-    gf, seq = probe.seq_fields(g)
+    seq = probe.next_seq(g)
     cuda = probe.cuda_side.begin(tensor) if tensor is not None and tensor.is_cuda else False
     op_id = next(probe.ids)
     t0 = time.monotonic_ns()
-    probe.push(start_record(op_id, t0, name, gf, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
+    probe.push(start_record(op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
     return Rec(op_id, name, t0, -1, cuda, g.backend)
 
 

@@ -1,11 +1,8 @@
-"""The probe's per-process state: op ids, the group table with its sequence
-counters, the queue to the sender thread, and turning a wrapped call into
-start/end records on the slower paths (the deferred one is probe/patch.py's and
-probe/derive.py's).
+"""The probe's per-process state: op ids, per-group sequence numbers, the queue to
+the sender thread, and turning a wrapped call into start/end records.
 
-Sequence numbers are taken on the probe's thread in queue order (probe/derive.py),
-except with the crash ring on, whose slot needs one at once: then the caller takes
-them. Either way one thread at a time, for the probe's whole run.
+Hot path budget: the caller's thread does dictionary lookups, two clock reads and
+two deque appends per op. Events are built, encoded and sent on the sender thread.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ import time
 
 from commviz import ops as opcat
 from commviz.events import E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
-from commviz.probe import derive as _derive
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name, reduce_name
@@ -97,8 +93,6 @@ class Probe:
         self.hello: Hello | None = None
         self.rank = -1
         self._start_lock = threading.Lock()
-        self._group_lock = threading.Lock()  # a group is made once, whichever thread meets it first
-        self.deferred = False  # started, crash ring off: wrappers queue raw calls (probe/derive.py)
         self._track_mode: dict[tuple[str, str], str] = {}
         self.late_patches: list = []  # run once torch is fully imported (probe start)
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
@@ -158,12 +152,6 @@ class Probe:
         self.sampler = sampler
         if sampler is not None:
             sampler.start()
-        self.deferred = self.ring_start is None
-        try:
-            # ops queued from here with no group are on this one (probe/derive.py)
-            self.queue.append(_derive.DefaultIs(self.group_info(None)))
-        except Exception as exc:
-            self.health.internal("default group", exc)
         self.started = True
         for patch in self.late_patches:
             try:
@@ -257,7 +245,6 @@ class Probe:
             self.health.internal("audit", exc)
         self.sender = None
         self.started = False
-        self.deferred = False
         try:
             if self.cuda_side is not None:
                 self.cuda_side.stop(EXIT_GRACE_S)  # its last ends reach the final flush
@@ -276,8 +263,6 @@ class Probe:
         q = self.queue
         if len(q) < self.cfg.queue_cap:
             q.append(rec)
-        elif type(rec) is tuple and rec[0] != END and type(rec[_derive.S_SEQ]) is not int:
-            self.gap(rec[_derive.S_GROUP], rec[_derive.S_SEQ], 1)  # a start whose seq this thread left
         else:
             self.health.dropped += 1
         if self.ring_start is not None and type(rec) is tuple:
@@ -289,75 +274,29 @@ class Probe:
             except Exception as exc:
                 self.health.internal("ring", exc)
 
-    def gap(self, g, key, events: int) -> None:
-        """An op the caller could not queue (the queue at its cap): its `events` are
-        counted as dropped and its sequence number is taken in queue order all the
-        same, through the Gap at the queue's tail (probe/derive.py)."""
-        q = self.queue
-        with _derive.GAP_LOCK:
-            self.health.dropped += events
-            if g is None:
-                return
-            last = q[-1] if q else None
-            if type(last) is not _derive.Gap or last.closed:
-                last = _derive.Gap()
-                q.append(last)  # over the cap by this one, at most
-            k = (g, key)
-            last.counts[k] = last.counts.get(k, 0) + 1
-
-    def seq_fields(self, g: GroupInfo, key=None) -> tuple:
-        """(group slot, seq slot) of a start record: the group id and the seq with the
-        crash ring on, else the GroupInfo and the seq key, for the probe's thread."""
-        if self.ring_start is not None:
-            return g.gid, _derive.take(g, key)
-        return g, key
-
-    def group_info(self, pg, sink: list | None = None) -> GroupInfo | None:
-        """`sink`: where a new group's GroupDef goes (the probe thread's events), else
-        the queue."""
+    def group_info(self, pg) -> GroupInfo | None:
         if pg is None:
             info = self.default_group
             if info is not None:
                 return info
             pg = self.c10d._get_default_group()
-            info = self.default_group = self.group_info(pg, sink)
+            info = self.default_group = self.group_info(pg)
             return info
         info = self.groups.get(id(pg))
         if info is not None and info.pg is pg:
             return info
         if pg is self.c10d.GroupMember.NON_GROUP_MEMBER:
             return None
-        with self._group_lock:
-            info = self.groups.get(id(pg))
-            if info is not None and info.pg is pg:
-                return info  # made by the other thread meanwhile
-            ranks = list(self.dist.get_process_group_ranks(pg))
-            try:
-                backend = str(self.dist.get_backend(pg))
-            except Exception:
-                backend = ""
-            gid = str(pg.group_name)
-            info = GroupInfo(pg, gid, ranks, backend)
-            gdef = GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or "")
-            if sink is None:
-                self.push(gdef)
-            else:
-                sink.append(gdef)
-                if self.sender is not None:
-                    self.sender.groups.append(gdef)
-            self.groups[id(pg)] = info
+        ranks = list(self.dist.get_process_group_ranks(pg))
+        try:
+            backend = str(self.dist.get_backend(pg))
+        except Exception:
+            backend = ""
+        gid = str(pg.group_name)
+        info = GroupInfo(pg, gid, ranks, backend)
+        self.groups[id(pg)] = info
+        self.push(GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or ""))
         return info
-
-    def forget_groups(self, group) -> None:
-        """destroy_process_group(group): ops still queued find their groups; the probe
-        thread forgets them in queue order (probe/derive.py)."""
-        if group is None:
-            infos = list(self.groups.values())
-            self.default_group = None
-        else:
-            info = self.groups.get(id(group))
-            infos = [info] if info is not None and info.pg is group else []
-        self.queue.append(_derive.Forget(self.groups, infos, group is None))
 
     def capture_stack(self, op_id: int):
         """The stack of the thread waiting inside a wrapped call (sender thread)."""
@@ -402,18 +341,28 @@ class Probe:
         peer = root = -1
         if spec.kind == opcat.P2P:
             peer = am.rooted(args, kwargs, g)
-            gf, seq = self.seq_fields(g, (0 if spec.direction == "send" else 1, peer))
+            seq = self.next_seq(g, spec.direction, peer)
         else:
-            gf, seq = self.seq_fields(g)
+            seq = self.next_seq(g)
             if spec.root_arg:
                 root = am.rooted(args, kwargs, g)
         red = am.reduce_op(args, kwargs)
         is_async = am.is_async(args, kwargs)
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push(start_record(op_id, t0, spec.name, gf, seq, nbytes, dtype, shape, peer, root, is_async,
+        self.push(start_record(op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
                                reduce_name(red) if red is not None else ""))
         return Rec(op_id, spec.name, t0, peer, self.cuda_side.begin(x) if x is not None else False, g.backend)
+
+    def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
+        if direction:
+            key = (0 if direction == "send" else 1, peer)
+            seq = g.p2p_seq.get(key, 0)
+            g.p2p_seq[key] = seq + 1
+            return seq
+        seq = g.seq
+        g.seq = seq + 1
+        return seq
 
     def begin_p2pop(self, p2p) -> Rec | None:
         """One P2POp of a batch_isend_irecv: its own event, marked batched."""
@@ -425,11 +374,11 @@ class Probe:
         name = "isend" if getattr(p2p.op, "__name__", "") == "isend" else "irecv"
         t = p2p.tensor
         peer = int(p2p.peer)
-        gf, seq = self.seq_fields(g, (0 if name == "isend" else 1, peer))
+        seq = self.next_seq(g, "send" if name == "isend" else "recv", peer)
         cuda = self.cuda_side.begin(t) if t.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push(start_record(op_id, t0, name, gf, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
+        self.push(start_record(op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
                                is_async=True, batched=True))
         return Rec(op_id, name, t0, peer, cuda, g.backend)
 
@@ -441,11 +390,11 @@ class Probe:
         if g is None:
             return None
         buf = bucket.buffer()
-        gf, seq = self.seq_fields(g)
+        seq = self.next_seq(g)
         cuda = self.cuda_side.begin(buf) if buf.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push(start_record(op_id, t0, "ddp_bucket", gf, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
+        self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
                                is_async=True, reduce_op="SUM", bucket=bucket.index(), params=len(bucket.parameters())))
         return Rec(op_id, "ddp_bucket", t0, -1, cuda, g.backend)
 

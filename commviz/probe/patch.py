@@ -29,7 +29,6 @@ import time
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.events import END, S_T, START, end_record
-from commviz.probe import derive as _derive
 from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, thread_state
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
@@ -232,16 +231,14 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
 
 
 def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
-    """The per-op cost every user pays (see the module's docstring). On CPU with the
-    crash ring off: the nesting check, one clock read, one list queued with the raw
-    call, the call, one clock read stored into that list; probe/derive.py makes the
-    events of it on the probe's thread. Otherwise the caller's path below."""
+    """The per-op cost every user pays (see the module's docstring): one thread-local
+    read, arguments by position (resolved here, once), group, seq, two clock reads,
+    two appends; a Rec only when needed."""
     import torch
 
-    tls, q, clock, cuda, name = probe.tls, probe.queue, time.monotonic_ns, torch.cuda, spec.name
-    append, cap, ids = q.append, probe.cfg.queue_cap, probe.ids
-    derive = _derive.op_deriver(probe, spec, am)
-    on_caller = _caller_path(orig, spec, am, probe)
+    tls, health, name, q, ids, groups = probe.tls, probe.health, spec.name, probe.queue, probe.ids, probe.groups
+    append, cap, clock, dtypes, cuda, Tensor = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda, torch.Tensor
+    p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
     nested = _nested(orig, am, probe)
 
     def wrapper(*args, **kwargs):
@@ -251,79 +248,6 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             st = thread_state(tls)
         if st[DEPTH]:
             return nested(st, args, kwargs) if st[WANT_INNER] else orig(*args, **kwargs)
-        if not probe.deferred or cuda._initialized:
-            return on_caller(st, args, kwargs)
-        if len(q) >= cap:
-            return _overflow(probe, derive, orig, st, args, kwargs)
-        item = [derive, clock(), args, kwargs, 0, None, next(ids)]  # probe/derive.py's layout
-        append(item)
-        st[DEPTH] = 1
-        try:
-            result = orig(*args, **kwargs)
-        except BaseException as exc:
-            st[DEPTH] = 0
-            item[_derive.EXTRA] = (clock(), f"{type(exc).__name__}: {exc}"[:500], -1)
-            item[_derive.T1] = _derive.ENDED
-            raise
-        st[DEPTH] = 0
-        if result is None and st[COALESCED] is None:
-            item[_derive.T1] = clock()  # a blocking op, done: its end
-            return None
-        _deferred_result(probe, derive, name, item, result, st)
-        return result
-
-    return wrapper
-
-
-def _deferred_result(probe, derive, name: str, item: list, result, st) -> None:
-    """A deferred call that returned something: a recv's sender rank, a Work, or an
-    op torch only queued inside _coalescing_manager. The end of the last two comes
-    as an end record naming the item; the probe's thread knows its op id by then."""
-    t1 = time.monotonic_ns()
-    try:
-        if st[COALESCED] is None and type(result) is int:
-            item[_derive.EXTRA] = (t1, "", result if result >= 0 else -1)
-            item[_derive.T1] = _derive.ENDED
-            return
-        item[_derive.T1] = _derive.ASYNC  # before any end record can be queued
-        target = derive.seq_target(item[_derive.ARGS], item[_derive.KW] or {}, lambda: probe.group_info(None))
-        backend = target[0].backend if target is not None else ""
-        probe.complete(Rec(item, name, item[_derive.T0], -1, False, backend), result, None)
-    except Exception as exc:
-        probe.health.internal(name, exc)
-
-
-def _overflow(probe, derive, orig, st, args, kwargs):
-    """The queue at its cap (the probe's thread stuck): the op runs unrecorded, its two
-    events are counted as dropped and its sequence number is taken all the same."""
-    try:
-        target = derive.seq_target(args, kwargs, lambda: probe.group_info(None))
-        if target is None:
-            probe.gap(None, None, 0)
-        else:
-            probe.gap(target[0], target[1], 2)
-    except Exception as exc:
-        probe.health.internal("queue cap", exc)
-    st[DEPTH] = 1
-    try:
-        return orig(*args, **kwargs)
-    finally:
-        st[DEPTH] = 0
-
-
-def _caller_path(orig, spec: opcat.OpSpec, am: ArgMap, probe):
-    """With the crash ring on (its slot takes the start at once) or CUDA up (a CUDA
-    tensor's device, capture state and start event are read on the caller's thread,
-    probe/cuda.py): arguments by position (resolved here, once), group, two clock
-    reads, two appends; a Rec only when needed. The seq is the caller's with the
-    ring on, else the probe thread's (Probe.seq_fields)."""
-    import torch
-
-    health, name, q, ids, groups = probe.health, spec.name, probe.queue, probe.ids, probe.groups
-    append, cap, clock, dtypes, cuda = q.append, probe.cfg.queue_cap, time.monotonic_ns, _DTYPE_NAMES, torch.cuda
-    p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
-
-    def wrapper(st, args, kwargs):
         if not probe.started and not probe.ensure_started():
             return orig(*args, **kwargs)
         try:
@@ -340,27 +264,26 @@ def _caller_path(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             if g is None or group is not None and g.pg is not group:
                 g = probe.group_info(group)  # None: this rank is not in the group
             if g is not None:
-                key = None
                 if p2p:
                     peer = am.rooted(args, kwargs, g) if peer is None else peer
                     key = (seq_key, peer)
-                ring = probe.ring_start
-                if ring is None:
-                    gf, seq = g, key  # the probe thread's to take (Probe.seq_fields)
-                elif p2p:
-                    gf, seq = g.gid, _derive.take(g, key)
+                    seq = g.p2p_seq.get(key, 0)
+                    g.p2p_seq[key] = seq + 1
                 else:
-                    gf, seq = g.gid, g.seq
+                    seq = g.seq
                     g.seq = seq + 1
                 op_id = next(ids)
-                dt = x.dtype
-                start = (START, op_id, clock(), name, gf, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
-                         x.shape, peer, -1, is_async, red)
-                on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)  # (module docstring)
+                ring = probe.ring_start
+                if ring is None and type(x) is Tensor and not cuda._initialized:  # deferred (see above)
+                    start = [START, op_id, clock(), name, g.gid, seq, x, "", (), peer, -1, is_async, red]
+                    on_cuda = False
+                else:
+                    dt = x.dtype
+                    start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
+                             x.shape, peer, -1, is_async, red)
+                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)  # (module docstring)
                 if len(q) < cap:
                     append(start)
-                elif ring is None:
-                    probe.gap(g, key, 1)  # its seq is the probe thread's to take
                 else:
                     health.dropped += 1  # the sender is stuck: drop, count, go on
                 if ring is not None:  # the crash ring (trace/ring.py)
@@ -405,7 +328,11 @@ def _wrap_destroy(orig, probe):
 
     def destroy_process_group(group=None):
         try:
-            probe.forget_groups(group)
+            if group is None:
+                probe.groups.clear()
+                probe.default_group = None
+            else:
+                probe.groups.pop(id(group), None)
         except Exception as exc:
             probe.health.internal("destroy_process_group", exc)
         return orig(group)
@@ -419,9 +346,7 @@ def _wrap_init(orig, probe):
     def init_process_group(*args, **kwargs):
         result = orig(*args, **kwargs)
         try:
-            if probe.ensure_started():  # the watcher sees the rank as soon as it joins
-                # ops queued from here with no group are on the new default group
-                probe.queue.append(_derive.DefaultIs(probe.group_info(None)))
+            probe.ensure_started()  # the watcher sees the rank as soon as it joins
         except Exception as exc:
             probe.health.internal("start", exc)
         return result

@@ -12,10 +12,10 @@ import os
 import threading
 import time
 
-from commviz.events import (BASE_SCHEMA, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_T, Counters, Goodbye, GroupDef, Hello,
-                             HostTopology, encode_batch, encode_frames)
-from commviz.probe import derive
+from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
+                             START, Counters, Goodbye, GroupDef, Hello, HostTopology, encode_batch, encode_frames)
 from commviz.probe.health import Health
+from commviz.probe.names import dtype_name
 
 # The training thread queues ops as plain tuples in the layout events.py defines
 # (start_record / end_record); rarer events are queued as Structs.
@@ -120,8 +120,42 @@ class Sender:
 
     def _drain(self) -> list:
         q = self.queue
-        got = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
-        return derive.drain(self, got)  # events of them, in queue order (probe/derive.py)
+        out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
+        inflight = self.inflight
+        # A start queued as a list carries its tensor in the bytes field (probe/patch.py's
+        # deferred path): its bytes, dtype and shape are read here, once per tensor per
+        # batch. The cache holds each tensor while it does, so an id stands for one
+        # tensor throughout the batch.
+        tensors: dict = {}
+        for rec in out:
+            kind = type(rec)
+            if kind is list:
+                x = rec[S_BYTES]
+                hit = tensors.get(id(x))
+                if hit is None:
+                    hit = tensors[id(x)] = self._tensor_fields(x)
+                _, rec[S_BYTES], rec[S_DTYPE], rec[S_SHAPE] = hit
+                inflight[rec[S_ID]] = rec
+            elif kind is tuple:
+                if rec[0] == START:
+                    inflight[rec[S_ID]] = rec
+                else:
+                    inflight.pop(rec[E_ID], None)
+            elif isinstance(rec, GroupDef):
+                self.groups.append(rec)
+            elif isinstance(rec, HostTopology):
+                # schema 2's kind, queued once by the sampler thread: this rank's frames
+                # say 2 from here on (as after an Audit), a resync's too
+                self.topology = rec
+                self.schema = max(self.schema, HOST_TOPOLOGY_SINCE)
+        return out
+
+    def _tensor_fields(self, x) -> tuple:
+        try:
+            return x, x.nbytes, dtype_name(x.dtype), x.shape
+        except Exception as exc:
+            self.health.internal("tensor metadata", exc)
+            return x, 0, "", ()
 
     def flush(self) -> None:
         events = self._carry + self._drain()
