@@ -31,15 +31,15 @@ def staircase(orig, probe_like):
     clock, q = time.monotonic_ns, collections.deque()
     append, ids, cuda, Tensor = q.append, itertools.count(), torch.cuda, torch.Tensor
 
-    class TLS(threading.local):
-        def __init__(self) -> None:
-            self.s = [0, False, 0, None]
-
-    tls, p = TLS(), probe_like
+    tls, p = threading.local(), probe_like
+    tls.s = [0, False, 0, None]  # this thread's, as probe/core.py's thread_state makes it
     passthrough, clocks, clear_floor = floors(orig)
 
     def guard(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0] or not p.started:
             return orig(*args, **kwargs)
         t0 = clock()
@@ -50,7 +50,10 @@ def staircase(orig, probe_like):
         return r
 
     def fields(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0] or not p.started:
             return orig(*args, **kwargs)
         n = len(args)
@@ -68,7 +71,10 @@ def staircase(orig, probe_like):
         return r
 
     def records(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:
+            st = None
         if st[0] or not p.started:
             return orig(*args, **kwargs)
         n = len(args)

@@ -8,7 +8,7 @@ import functools
 import time
 
 from commviz.events import start_record
-from commviz.probe.core import DEPTH, Rec
+from commviz.probe.core import DEPTH, Rec, thread_state
 
 
 def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=None, root: int = -1,
@@ -39,7 +39,7 @@ def guarded(probe, name: str, orig, start, finish):
 
     @functools.wraps(orig)
     def wrapper(*args, **kwargs):
-        st = tls.s
+        st = thread_state(tls)
         if st[DEPTH]:
             return orig(*args, **kwargs)
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from commviz.probe.core import DEPTH, WANT_INNER
+from commviz.probe.core import DEPTH, WANT_INNER, thread_state
 
 
 class _Dispatch:
@@ -42,7 +42,7 @@ def bucket_hook(probe, hook, pg):
             rec = None
         if rec is None:
             return hook(state, bucket)
-        st = tls.s
+        st = thread_state(tls)
         depth, want_inner = st[DEPTH], st[WANT_INNER]
         st[DEPTH] = depth + 1
         st[WANT_INNER] = False

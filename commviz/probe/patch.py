@@ -29,7 +29,7 @@ import time
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.events import END, S_T, START, end_record
-from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec
+from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, thread_state
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
 _lock = threading.Lock()
@@ -198,7 +198,7 @@ def _generic_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
     nested = _nested(orig, am, probe)
 
     def wrapper(*args, **kwargs):
-        st = tls.s
+        st = thread_state(tls)
         if st[DEPTH]:
             if st[WANT_INNER]:
                 return nested(st, args, kwargs)
@@ -242,7 +242,10 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
     nested = _nested(orig, am, probe)
 
     def wrapper(*args, **kwargs):
-        st = tls.s
+        try:
+            st = tls.s
+        except AttributeError:  # this thread's first wrapped call
+            st = thread_state(tls)
         if st[DEPTH]:
             return nested(st, args, kwargs) if st[WANT_INNER] else orig(*args, **kwargs)
         if not probe.started and not probe.ensure_started():
@@ -384,7 +387,7 @@ def _wrap_batch(orig, probe):
     tls, health = probe.tls, probe.health
 
     def batch_isend_irecv(p2p_op_list):
-        st = tls.s
+        st = thread_state(tls)
         if st[DEPTH]:
             return orig(p2p_op_list)
         try:
@@ -430,7 +433,7 @@ def _wrap_coalescing(orig, probe):
 
     @contextlib.contextmanager
     def _coalescing_manager(group=None, device=None, async_ops=False):
-        st = tls.s
+        st = thread_state(tls)
         outer = st[COALESCED]
         recs: list = []
         with orig(group, device, async_ops) as cm:
