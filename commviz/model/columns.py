@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 START, END, QUIET, OTHER = 0, 1, 2, 3
 _KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
 MIN_BATCH = 256  # below this the per-event path is as quick
-MAX_BATCH = 32768  # < SeenIds.MAX_ABOVE: a rank's id set never trims inside a batch
+MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
 
@@ -147,13 +147,52 @@ class Chunk:
         return c
 
 
-def ingest_events(model: Model, ranks: Sequence[int], events: Sequence) -> None:
-    """`model.ingest(ranks[i], events[i])` for every i, in order — in batches."""
+def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:
+    """`model.ingest(ranks[i], events[i])` for every i, in order — in batches.
+
+    `settle`: a live source that will hand on more — ingest only up to a point in the
+    second half where the fewest collectives are half-way (begun before it, ended
+    after it); returns how many were ingested, the caller keeps the rest and hands
+    them on first next time. Without it (or if there is no better point), all."""
     if len(events) < MIN_BATCH or model.keep_ops or model._deferred is not None:
         _one_by_one(model, ranks, events)
-        return
+        return len(events)
     with _no_gc():
-        ingest_chunk(model, Chunk(events, np.fromiter(ranks, np.int64, len(ranks))))
+        chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
+        cut = settle_point(chunk) if settle else len(chunk)
+        ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
+    return cut
+
+
+def settle_point(c: Chunk) -> int:
+    """The cut in the second half of `c` that leaves the fewest collective instances
+    with events on both sides (the latest such cut)."""
+    n = len(c)
+    sp = np.flatnonzero((c.kind == START) & (c.seq >= 0))
+    ep = np.flatnonzero(c.kind == END)
+    if not len(sp) or n < 2 * MIN_BATCH:
+        return n
+    skey = (c.rank[sp] << ID_BITS) | (c.id[sp] & (ID_MAX - 1))
+    o = np.argsort(skey, kind="stable")
+    ekey = (c.rank[ep] << ID_BITS) | (c.id[ep] & (ID_MAX - 1))
+    j = np.minimum(np.searchsorted(skey[o], ekey), len(sp) - 1)
+    hit = skey[o][j] == ekey
+    last = sp.copy()  # an instance's events run from its first start to its last end
+    np.maximum.at(last, o[j[hit]], ep[hit])
+    group = np.array([hash(k[1]) & 0xFFFF for k in c.sigs], np.int64)[c.sig[sp]]
+    _, inst = np.unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), return_inverse=True)
+    first_i = np.full(inst.max() + 1, n)
+    last_i = np.full(inst.max() + 1, -1)
+    np.minimum.at(first_i, inst, sp)
+    np.maximum.at(last_i, inst, last)
+    # halfway[P]: instances with an event before P and one at or after it
+    diff = np.zeros(n + 2, np.int64)
+    np.add.at(diff, first_i + 1, 1)
+    np.add.at(diff, last_i + 1, -1)
+    halfway = np.cumsum(diff)[: n + 1]
+    lo = n // 2
+    best = halfway[lo:].min()
+    return int(lo + np.flatnonzero(halfway[lo:] == best)[-1])
 
 
 class _no_gc:
@@ -278,6 +317,8 @@ def _plan(model: Model, c: Chunk):
             continue
         seen = st.seen_ids
         offsets[i] = st.offset_ns
+        if k > seen.MAX_ABOVE:  # its id set could trim inside the batch
+            continue
         if not seen.above:
             floors[i] = seen.floor
         elif len(seen.above) + k <= seen.MAX_ABOVE:  # no trimming inside the batch

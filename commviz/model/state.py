@@ -194,10 +194,11 @@ class Model:
         for ev in batch.events:
             self.ingest(batch.rank, ev)
 
-    def ingest_many(self, ranks: Sequence[int], events: Sequence[Event]) -> None:
+    def ingest_many(self, ranks: Sequence[int], events: Sequence[Event], settle: bool = False) -> int:
         """`ingest(ranks[i], events[i])` for each i in order, a batch at a time
-        (`model/columns.py`): the same state, far less time per event."""
-        columns.ingest_events(self, ranks, events)
+        (`model/columns.py`): the same state, far less time per event. `settle`: see
+        `columns.ingest_events`; returns how many were ingested."""
+        return columns.ingest_events(self, ranks, events, settle)
 
     def ingest(self, rank: int, ev: Event) -> None:
         tp = type(ev)
