@@ -588,28 +588,31 @@ def _window_extend(w, items: list, pushed: int | None) -> None:
 
 
 def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
-    """Flows as `Model._end` feeds them, every end of the batch in position order
-    (a collective's data moves from its last member's arrival so far)."""
-    calls = list(d.traffic)
-    arrived: dict[int, int] = {}
-    o = np.argsort(p.s_pos, kind="stable")
-    s_pos, s_wall, s_inst = p.s_pos[o].tolist(), p.s_wall[o].tolist(), p.finv[o].tolist()
-    events = [(pos, 0, k) for pos, k in zip(s_pos, range(len(s_pos)))]
-    events += [(int(pos), 1, k) for k, pos in enumerate(p.e_pos.tolist())]
-    events.sort()
-    ur = p.ur
-    for pos, kind, k in events:
-        if kind == 0:
-            inst = s_inst[k]
-            if s_wall[k] > arrived.get(inst, 0):
-                arrived[inst] = s_wall[k]
-            continue
-        i = int(p.finv[k])
-        s = p.start_obj(k)
-        mem = p.members[p.sig_group[p.sig[k]]]
-        calls.append((pos, (int(ur[p.ri[k]]), s.op, int(p.nbytes[k]), int(p.s_wall[k]), int(p.e_wall[k])),
-                      {"failed": False, "root": s.root, "members": mem, "arrived": arrived.get(i, 0)}))
-    calls.sort(key=lambda c: c[0])
+    """Flows as `Model._end` feeds them, every end of the batch in position order."""
+    # A collective's data moves from its last member's arrival so far: the latest start
+    # of its instance before this end — nearly always every start of it.
+    last_start_pos = np.full(p.nf, -1)
+    np.maximum.at(last_start_pos, p.finv, p.s_pos)
+    newest = np.zeros(p.nf, np.int64)
+    np.maximum.at(newest, p.finv, p.s_wall)
+    arrived = newest[p.finv]
+    for k in np.flatnonzero(p.e_pos < last_start_pos[p.finv]).tolist():
+        before = (p.finv == p.finv[k]) & (p.s_pos < p.e_pos[k])
+        arrived[k] = p.s_wall[before].max()
+    order = np.argsort(p.e_pos, kind="stable")
+    sig = p.sig[order].tolist()
+    ops = [k[0] for k in p.sig_list]
+    roots = [k[4] for k in p.sig_list]
+    mems = [p.members[g] for g in p.sig_group.tolist()]
+    fast = zip(p.e_pos[order].tolist(), p.ur[p.ri[order]].tolist(), sig, p.nbytes[order].tolist(),
+               p.s_wall[order].tolist(), p.e_wall[order].tolist(), arrived[order].tolist())
+    slow = d.traffic  # (pos, args, kwargs), in position order
+    j, ns = 0, len(slow)
     op_end = model.traffic.op_end
-    for _, args, kw in calls:
+    for pos, rank, g, nbytes, t0, t1, arr in fast:
+        while j < ns and slow[j][0] < pos:
+            op_end(*slow[j][1], **slow[j][2])
+            j += 1
+        op_end(rank, ops[g], nbytes, t0, t1, failed=False, root=roots[g], members=mems[g], arrived=arr)
+    for _, args, kw in slow[j:]:
         op_end(*args, **kw)
