@@ -108,7 +108,7 @@ class LiveFeed:
                 self._queued += len(batch.events)
                 due = self._queued >= DRAIN_EVENTS
             if due:
-                self._drain_locked(force=True)
+                self._drain_locked(force=False)
 
     def drain(self) -> None:
         """Put every frame that has arrived into the model now."""

@@ -159,14 +159,15 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
         return len(events)
     with _no_gc():
         chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
-        cut = settle_point(chunk) if settle else len(chunk)
+        cut = settle_point(chunk, model.groups) if settle else len(chunk)
         ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
     return cut
 
 
-def settle_point(c: Chunk) -> int:
+def settle_point(c: Chunk, groups: dict | None = None) -> int:
     """The cut in the second half of `c` that leaves the fewest collective instances
-    with events on both sides (the latest such cut)."""
+    with events on both sides (the latest such cut). An instance still missing an end,
+    or (by `groups`, name -> GroupDef) a member's start, runs past the end of `c`."""
     n = len(c)
     sp = np.flatnonzero((c.kind == START) & (c.seq >= 0))
     ep = np.flatnonzero(c.kind == END)
@@ -177,14 +178,25 @@ def settle_point(c: Chunk) -> int:
     ekey = (c.rank[ep] << ID_BITS) | (c.id[ep] & (ID_MAX - 1))
     j = np.minimum(np.searchsorted(skey[o], ekey), len(sp) - 1)
     hit = skey[o][j] == ekey
-    last = sp.copy()  # an instance's events run from its first start to its last end
+    last = np.full(len(sp), n)  # an instance's events run from its first start to its last end
+    ended = np.zeros(len(sp), bool)
+    ended[o[j[hit]]] = True
+    last[ended] = sp[ended]
     np.maximum.at(last, o[j[hit]], ep[hit])
-    group = np.array([hash(k[1]) & 0xFFFF for k in c.sigs], np.int64)[c.sig[sp]]
-    _, inst = np.unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), return_inverse=True)
-    first_i = np.full(inst.max() + 1, n)
-    last_i = np.full(inst.max() + 1, -1)
+    gidx: dict[str, int] = {}
+    gsig = np.array([gidx.setdefault(k[1], len(gidx)) for k in c.sigs], np.int64)
+    group = gsig[c.sig[sp]]
+    _, inst, count = np.unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), return_inverse=True,
+                               return_counts=True)
+    first_i = np.full(len(count), n)
+    last_i = np.full(len(count), -1)
     np.minimum.at(first_i, inst, sp)
     np.maximum.at(last_i, inst, last)
+    if groups:
+        size = np.array([len(groups[g].ranks) if g in groups else 0 for g in gidx], np.int64)
+        g_of = np.zeros(len(count), np.int64)
+        g_of[inst] = group
+        last_i[count < size[g_of]] = n  # a member has not started it yet
     # halfway[P]: instances with an event before P and one at or after it
     diff = np.zeros(n + 2, np.int64)
     np.add.at(diff, first_i + 1, 1)

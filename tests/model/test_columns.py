@@ -12,14 +12,14 @@ from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpSt
 from commviz.model import Model, audit, columns
 
 
-def _trace(seed: int, ranks: int = 6, steps: int = 400) -> list[tuple[int, object]]:
+def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> list[tuple[int, object]]:
     """(rank, event) in arrival order: ranks flush in frames of a few steps each, out of step."""
     rng = random.Random(seed)
     world = list(range(ranks))
     evens = [r for r in world if r % 2 == 0]
     mono = [10**12 * (1 + r // 3) for r in world]
     per_rank: list[list] = [[Hello(r, r, ranks, f"h{r // 3}", 100 + r, "gloo", "cpu", "2", "0", "job",
-                                   mono[r], 10**18), GroupDef("0", world, "gloo"), GroupDef("e", evens, "gloo")]
+                                   mono[r], wall0), GroupDef("0", world, "gloo"), GroupDef("e", evens, "gloo")]
                             for r in world]
     ids = [0] * ranks
     seqs = {("0", r): 0 for r in world} | {("e", r): 0 for r in evens}
@@ -79,7 +79,7 @@ def _trace(seed: int, ranks: int = 6, steps: int = 400) -> list[tuple[int, objec
             per_rank[r].append(Mark(mono[r] + t, f"step {step}"))
         if step == steps // 2:  # a rank reconnects (same pid) and says hello again
             per_rank[r].append(Hello(r, r, ranks, f"h{r // 3}", 100 + r, "gloo", "cpu", "2", "0", "job",
-                                     mono[r] + t, 10**18 + t))
+                                     mono[r] + t, wall0 + t))
         if step == steps // 3:
             per_rank[r].append(GroupDef("x", [r], "gloo"))  # a group of one, late
     for r in world:
