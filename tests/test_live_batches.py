@@ -17,6 +17,7 @@ from tests.model.test_columns import _state, _trace
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_queued_frames_reach_the_model_as_if_ingested_one_by_one(tmp_path, monkeypatch, seed):
     monkeypatch.setattr(columns, "MIN_BATCH", 64)
+    monkeypatch.setattr(columns, "SETTLE_MIN", 256)
     monkeypatch.setattr(watcher, "DRAIN_EVENTS", 700)  # many drains, each leaving a tail for the next
     d = tmp_path / "s"
     d.mkdir(mode=0o700)

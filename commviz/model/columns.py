@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 START, END, QUIET, OTHER = 0, 1, 2, 3
 _KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
 MIN_BATCH = 256  # below this the per-event path is as quick
+SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
@@ -159,7 +160,7 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
         return len(events)
     with _no_gc():
         chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
-        cut = settle_point(chunk, model.groups) if settle else len(chunk)
+        cut = settle_point(chunk, model.groups) if settle and len(chunk) >= SETTLE_MIN else len(chunk)
         ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
     return cut
 
