@@ -78,9 +78,12 @@ def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
     ps = [ctx.Process(target=producer, args=(addr, p, ranks, seconds, rate, go, out)) for p in parts if p]
     for p in ps:
         p.start()
-    while len(feed.model.ranks) < ranks:
+    while True:
+        with feed.lock:  # the model's lock: every frame that has arrived is in the model
+            if len(feed.model.ranks) >= ranks:
+                base = feed.model.events
+                break
         time.sleep(0.05)
-    base = feed.model.events
     t0 = time.monotonic()
     cpu0 = time.process_time()
     go.set()

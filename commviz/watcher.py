@@ -17,13 +17,66 @@ from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
 
 LIVENESS_EVERY_S = 0.5
+# Frames wait in a queue and reach the model a batch at a time (`Model.ingest_many`):
+# a collective is taken in bulk only when all its members' frames are in one batch.
+# The model is at most this far behind what has arrived...
+DRAIN_S = 0.25
+# ...or this many events, whichever comes first. 1: each frame goes in on arrival
+# (its own batch). Batching across frames is built and tested (tests/test_live_batches.py)
+# but measured slower at 1,024 ranks and 30k events/s (49k against 100k events/CPU-s,
+# cause not found yet), so it is off until it pays; 200_000 turns it on.
+DRAIN_EVENTS = 1
+
+
+class DrainingLock:
+    """The model's lock: whoever takes it finds every frame that has arrived in the
+    model, so what it reads or ingests follows them, as without the queue. The view
+    (`LiveFeed.view_lock`, for the dashboard's snapshots) shares the lock but leaves
+    frames younger than `DRAIN_S` queued: a 20 frames/s screen would otherwise cut
+    the batches to 50 ms."""
+
+    def __init__(self, feed: "LiveFeed", force: bool = True, lock: threading.Lock | None = None) -> None:
+        self._lock = lock if lock is not None else threading.Lock()
+        self._feed = feed
+        self._force = force
+
+    def view(self) -> "DrainingLock":
+        return DrainingLock(self._feed, force=False, lock=self._lock)
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            try:
+                self._feed._drain_locked(force=self._force)
+            except BaseException:
+                self._lock.release()
+                raise
+        return got
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
 
 
 class LiveFeed:
     def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0,
                  ring_dir: str | None = None, token: str | None = None) -> None:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
-        self.lock = threading.Lock()
+        self._queue: list[Batch] = []  # frames not yet in the model, in arrival order
+        self._carry: tuple[list[int], list] = ([], [])  # (ranks, events) a drain left for the next
+        self._queued = 0  # events in them
+        self._queued_at = 0.0  # monotonic time the oldest arrived
+        self._qlock = threading.Lock()
+        self.lock = DrainingLock(self)
+        self.view_lock = self.lock.view()
         self.model = Model(hang_after_s=hang_after_s)
         self.overload = Overload()  # how far behind the job we are; sheds detail past a bound
         self.writer = TraceWriter(record_to) if record_to else None
@@ -35,20 +88,69 @@ class LiveFeed:
         self.addr = self.server.addr
         self._stop = threading.Event()
         self._liveness = threading.Thread(target=self._watch_pids, name="commviz-liveness", daemon=True)
+        self._drainer = threading.Thread(target=self._drain_now_and_then, name="commviz-drain", daemon=True)
         self._procs: dict = {}  # pid -> psutil.Process
         self.proc_stats: dict[int, tuple[float, int]] = {}  # rank -> (cpu %, rss bytes), this host only
 
     def start(self) -> "LiveFeed":
         self.server.start()
         self._liveness.start()
+        self._drainer.start()
         return self
 
     def _on_batch(self, batch: Batch, payload: bytes) -> None:
+        # Taking the model's lock per frame keeps the backpressure of before: while the
+        # dashboard holds the model the reader waits, and the server sheds (and says so).
+        with self.view_lock:  # puts in the frames that have waited DRAIN_S
+            with self._qlock:
+                if self.writer is not None:
+                    self.writer.write(payload)
+                if not self._queue:
+                    self._queued_at = time.monotonic()
+                self._queue.append(batch)
+                self._queued += len(batch.events)
+                due = self._queued >= DRAIN_EVENTS
+            if due:
+                self._drain_locked(force=False)
+
+    def drain(self) -> None:
+        """Put every frame that has arrived into the model now."""
         with self.lock:
-            if self.writer is not None:
-                self.writer.write(payload)
-            self.model.ingest_batch(batch)
-            self.model.shed = self.overload.update(time.time_ns(), self.model.last_t)
+            self._drain_locked(force=True)
+
+    def _drain_locked(self, force: bool) -> None:
+        """With the model's lock held: the queued frames into the model, in one batch.
+        Unless `force`d, the newest events after the point where the fewest collectives
+        are half-way stay for the next batch (`columns.settle_point`), so most
+        collectives reach the model whole."""
+        with self._qlock:
+            if not (self._queue or force and self._carry[1]):
+                return
+            if not (force or time.monotonic() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
+                return
+            queue, self._queue, self._queued = self._queue, [], 0
+        ranks, events = self._carry
+        for b in queue:
+            ranks += [b.rank] * len(b.events)
+            events += b.events
+        if len({b.rank for b in queue}) < self.model.world_size and not self._carry[1]:
+            # Not every rank is in the batch: no collective of the world can be whole
+            # in it, and building its columns would cost more than it saves.
+            for r, ev in zip(ranks, events):
+                self.model.ingest(r, ev)
+            done = len(events)
+        else:
+            done = self.model.ingest_many(ranks, events, settle=not force)
+        self._carry = (ranks[done:], events[done:])
+        with self._qlock:
+            self._queued += len(events) - done
+        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t)
+
+    def _drain_now_and_then(self) -> None:
+        while not self._stop.wait(DRAIN_S / 2):
+            if self._queue or self._carry[1]:
+                with self.view_lock:  # drains what has waited DRAIN_S
+                    pass
 
     def _on_error(self, peer: str, message: str) -> None:
         """Called by the reader thread too, which must never wait for the model's
@@ -141,7 +243,8 @@ class LiveFeed:
 
             with self.lock:
                 if self.writer is not None:
-                    self.writer.write(encode_batch(rank, events))
+                    with self._qlock:  # frames are written from the reader's thread too
+                        self.writer.write(encode_batch(rank, events))
         return rank, pid, events
 
     def collect_rings(self) -> None:
@@ -182,7 +285,8 @@ class LiveFeed:
                     continue
                 ev = Stopped(now - r.offset_ns, by, reason, after_s)  # in the rank's own clock
                 if self.writer is not None:
-                    self.writer.write(encode_batch(r.rank, [ev], schema=STOPPED_SINCE))
+                    with self._qlock:
+                        self.writer.write(encode_batch(r.rank, [ev], schema=STOPPED_SINCE))
                 self.model.ingest(r.rank, ev)
 
     # Feed protocol (read by the TUI) ------------------------------------
@@ -218,6 +322,7 @@ class LiveFeed:
         self._stop.set()
         self.server.close()
         self._sync_counts()
+        self.drain()
         with self.lock:
             if self.writer is not None:
                 self.writer.close()

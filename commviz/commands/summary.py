@@ -22,7 +22,7 @@ def run(args, cmd: list[str]) -> int:
     # Read in bounded memory: frames stream through the model, which keeps aggregates.
     loaded = open_stream(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
     model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
-    model.ingest_ordered(loaded.events(), cut_off=loaded.truncated, snapshot=loaded.snapshot)
+    model.ingest_chunks(loaded.chunks(), cut_off=loaded.truncated, snapshot=loaded.snapshot)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems

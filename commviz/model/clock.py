@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from operator import attrgetter, itemgetter
 from typing import Iterable, Iterator
 
+import numpy as np
+
 from commviz.events import Batch, Event, Hello
+from commviz.model.columns import Chunk
 
 
 def offset_ns(hello: Hello) -> int:
@@ -194,3 +198,144 @@ def _flush_untimed(src: StreamSource, i: int, buf: list, rank: int | None = None
         if items:
             t0 = min((it[0] for it in buf), default=0)
             buf.extend((t0, i, j, r, ev) for j, ev in items)
+
+
+# Events a batched merge gathers before it sorts and hands on what is final.
+CHUNK = 65536
+
+
+class _Pending:
+    """The frames a batched merge has read and not yet handed on, as columns: the
+    events of frames stamped in bulk (every event timed, no new offset) and those of
+    frames stamped one by one (`_stamp`), and what an earlier sort kept back."""
+
+    def __init__(self) -> None:
+        self.clear()
+        self.keep_t = self.keep_i = self.keep_n = self.keep_r = np.zeros(0, np.int64)
+        self.keep_ev: list = []
+
+    def clear(self) -> None:
+        self.ts: list[int] = []  # raw stamps, frame after frame
+        self.evs: list = []
+        self.frames: list[tuple[int, int, int, int, int, int | None]] = []  # (rank, input, n0, count, offset, last)
+        self.slow: list[tuple] = []  # (time, input, index, rank, event), as `_stamp` makes them
+
+    def __len__(self) -> int:
+        return len(self.ts) + len(self.slow) + len(self.keep_ev)
+
+
+def order_stream_chunks(sources: list[StreamSource], first_offset: dict[int, int],
+                        chunk: int = CHUNK) -> Iterator[Chunk]:
+    """`order_stream`'s order, handed on as `Chunk`s for `Model.ingest_chunk`, with
+    the per-event work done in numpy: a frame whose every event carries a stamp and
+    no new clock offset is stamped as a whole."""
+    offset = dict(first_offset)
+    buf = _Pending()
+    heads = [(s.frontier(), i) for i, s in enumerate(sources)]
+    heapq.heapify(heads)
+    seen = [0] * len(sources)
+    get_t = attrgetter("t")
+    while heads:
+        _, i = heapq.heappop(heads)
+        src = sources[i]
+        got = next(src.frames, None)
+        if got is None:
+            _flush_untimed(src, i, buf.slow)
+            src.left.clear()
+        else:
+            rank, batch = got
+            if batch is not None:
+                evs = batch.events
+                ts = None
+                if rank not in src.waiting and evs:
+                    try:
+                        ts = list(map(get_t, evs))
+                    except AttributeError:  # a hello or a group definition: one by one
+                        ts = None
+                if ts is None:
+                    seen[i] = _stamp(src, i, seen[i], rank, batch, offset, buf.slow)
+                else:
+                    off = offset.get(rank, 0)
+                    last = src.last.get(rank)
+                    buf.frames.append((rank, i, seen[i], len(ts), off, last))
+                    buf.ts += ts
+                    buf.evs += evs
+                    seen[i] += len(ts)
+                    newest = max(ts) + off
+                    if last is not None and last > newest:
+                        newest = last
+                    if newest != last:
+                        src.advance(rank, newest)
+            n = src.left.get(rank, 0) - 1
+            src.left[rank] = n
+            if n <= 0:
+                src.untimed.discard(rank)
+                _flush_untimed(src, i, buf.slow, rank)
+            heapq.heappush(heads, (src.frontier(), i))
+        if len(buf) >= chunk or not heads:
+            limit = heads[0][0] if heads else float("inf")
+            out = _flush(buf, limit)
+            if out is not None:
+                yield out
+            chunk = max(chunk, 2 * len(buf))  # inputs far out of step: sort again once it doubled
+
+
+def _flush(buf: _Pending, limit: float) -> Chunk | None:
+    """Sort what is pending by (time, input, index) and hand on the events earlier
+    than `limit`; keep the rest."""
+    t_parts, i_parts, n_parts, r_parts = [buf.keep_t], [buf.keep_i], [buf.keep_n], [buf.keep_r]
+    evs = buf.keep_ev
+    if buf.frames:
+        ranks, inputs, n0, counts, offs, lasts = (np.array(c, np.int64) if k < 5 else c
+                                                  for k, c in enumerate(zip(*buf.frames)))
+        t = np.array(buf.ts, np.int64) + np.repeat(offs, counts)
+        starts = np.cumsum(counts) - counts
+        within = np.arange(len(t)) - np.repeat(starts, counts)
+        # Each rank's times never go back: where a frame does, or starts before the
+        # rank's previous time, clamp it as `_stamp` would (rare).
+        back = np.flatnonzero(np.diff(t) < 0) + 1
+        in_frame = np.searchsorted(starts, back, "right") - 1
+        bad = set(in_frame[back != starts[in_frame]].tolist())
+        for f, last in enumerate(lasts):
+            if last is not None and t[starts[f]] < last:
+                bad.add(f)
+        for f in bad:
+            a, b = starts[f], starts[f] + counts[f]
+            seg = t[a:b]
+            if lasts[f] is not None:
+                np.maximum(seg, lasts[f], out=seg)
+            np.maximum.accumulate(seg, out=seg)
+        t_parts.append(t)
+        i_parts.append(np.repeat(inputs, counts))
+        n_parts.append(np.repeat(n0, counts) + within + 1)
+        r_parts.append(np.repeat(ranks, counts))
+        evs = evs + buf.evs
+    if buf.slow:
+        st, si, sn, sr, sev = zip(*buf.slow)
+        t_parts.append(np.array(st, np.int64))
+        i_parts.append(np.array(si, np.int64))
+        n_parts.append(np.array(sn, np.int64))
+        r_parts.append(np.array(sr, np.int64))
+        evs = evs + list(sev)
+    buf.clear()
+    t, i, n, r = (np.concatenate(p) for p in (t_parts, i_parts, n_parts, r_parts))
+    order = np.lexsort((n, i, t))
+    cut = len(t) if limit == float("inf") else int(np.searchsorted(t[order], limit, "left"))
+    keep = np.sort(order[cut:])
+    buf.keep_t, buf.keep_i, buf.keep_n, buf.keep_r = t[keep], i[keep], n[keep], r[keep]
+    buf.keep_ev = _take(evs, keep)
+    if not cut:
+        return None
+    # The chunk reads its events in store order (as they were read, as they lie in
+    # memory) and ingests them in the merged order.
+    emit = order[:cut]
+    sel = np.sort(emit)
+    return Chunk(_take(evs, sel), r[sel], np.searchsorted(sel, emit))
+
+
+def _take(items: list, order: np.ndarray) -> list:
+    if len(order) == 0:
+        return []
+    if len(order) == 1:
+        return [items[int(order[0])]]
+    return list(itemgetter(*order.tolist())(items))

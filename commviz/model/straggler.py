@@ -48,10 +48,15 @@ class StragglerWatch:
         arr = sorted((inst.starts[m].t_wall, m) for m in members)
         (t_prev, _), (t_last, last) = arr[-2], arr[-1]
         op_ns = min(inst.durations.values()) if inst.durations else -1
-        dq = self.groups.get(inst.group)
+        self.append(inst.group, Arrival(inst.seq, inst.op, last if t_last > t_prev else -1, t_last - t_prev,
+                                        t_last, op_ns))
+
+    def append(self, group: str, arrival: Arrival) -> None:
+        """One completed instance, already reduced (the batch path computes arrivals in columns)."""
+        dq = self.groups.get(group)
         if dq is None:
-            dq = self.groups[inst.group] = collections.deque(maxlen=self.window)
-        dq.append(Arrival(inst.seq, inst.op, last if t_last > t_prev else -1, t_last - t_prev, t_last, op_ns))
+            dq = self.groups[group] = collections.deque(maxlen=self.window)
+        dq.append(arrival)
 
     def find(self, th: Thresholds, members_of: dict[str, list[int]]) -> list[Diagnosis]:
         out = []

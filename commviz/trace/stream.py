@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import msgspec
 
 from commviz.events import Batch, FrameError, Hello, decode_batch
-from commviz.model.clock import StreamSource, offset_ns, order_stream
+from commviz.model.clock import StreamSource, offset_ns, order_stream, order_stream_chunks
 from commviz.trace import sources
 from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames
 
@@ -161,6 +161,13 @@ class TraceStream:
 
     def events(self) -> Iterator[tuple[int, int, object]]:
         """(trace wall ns, rank, event) in the one order (`model.clock`)."""
+        return order_stream(self._sources(), self.first_offset)
+
+    def chunks(self) -> Iterator:
+        """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`."""
+        return order_stream_chunks(self._sources(), self.first_offset)
+
+    def _sources(self) -> list[StreamSource]:
         self.bytes_done = 0
         sources = [StreamSource(_with_rank(self._decode(f)), c) for f, c in zip(self._files, self._counts)]
         for batches in self._memory:
@@ -168,7 +175,7 @@ class TraceStream:
             for b in batches:
                 counts[b.rank] = counts.get(b.rank, 0) + 1
             sources.append(StreamSource(((b.rank, b) for b in batches), counts))
-        return order_stream(sources, self.first_offset)
+        return sources
 
 
 def _with_rank(frames: Iterator[tuple[int, Batch | None]]) -> Iterator[tuple[int, Batch | None]]:

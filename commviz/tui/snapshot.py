@@ -70,7 +70,7 @@ def fetch(feed, focus: int | None, topology, frozen: bool, simulate: bool = Fals
     feed.advance()
     now = feed.now_ns()
     t0 = time.perf_counter()
-    with feed.lock:
+    with getattr(feed, "view_lock", feed.lock):  # a live feed's may leave the newest frames queued
         t1 = time.perf_counter()
         snap = None if frozen else take_snapshot(feed.model, now, focus, topology, simulate=simulate,
                                                  summary_unless=summary_unless, hosts=hosts)

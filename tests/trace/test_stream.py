@@ -107,3 +107,46 @@ def test_a_long_read_reports_progress(tmp_path, monkeypatch, capsys):
     list(_trace.open_stream(p).events())
     err = capsys.readouterr().err
     assert f"commviz: reading {p}: " in err and "% (" in err
+
+
+def _flat(chunks):
+    return [(int(c.rank[i]), c.event(i)) for c in chunks for i in range(len(c))]
+
+
+def test_batched_merge_hands_on_the_one_order(tmp_path, monkeypatch):
+    """`chunks()` (numpy stamping, a frame at a time) against `events()` (one event at
+    a time) on what makes stamping hard: a clock that steps back inside a frame and
+    across frames, a hello that moves the offset mid-trace, group definitions with no
+    stamp before any stamped event, per-rank files out of step, a cut-off tail."""
+    from commviz.events import Counters, OpEnd, OpStart
+    from commviz.model import clock
+
+    monkeypatch.setattr(clock, "CHUNK", 64)  # many flushes on a short trace
+    frames = [(0, [group(), hello(0)]), (1, [group(), group("1", (1,))]), (1, [hello(1, mono=7_000)])]
+    for i in range(120):
+        back = 500 if i % 17 == 3 else 0  # rank 0's clock steps back now and then
+        frames.append((0, [OpStart(i, 1000 * i - back, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 400 - 2 * back),
+                           Counters(1000 * i + 450)]))
+        frames.append((1, [OpStart(i, 7_000 + 1000 * i + 3, "all_reduce", "0", i, 64),
+                           OpEnd(i, 7_000 + 1000 * i + 401)]))
+        if i == 60:
+            frames.append((1, [hello(1, mono=9_000), group()]))  # reconnect with a new offset
+    write(tmp_path / "rank-0.cvz", [f for f in frames if f[0] == 0])
+    write(tmp_path / "rank-1.cvz", [f for f in frames if f[0] == 1])
+    with open(tmp_path / "rank-1.cvz", "ab") as f:
+        f.write(b"\x10\x00\x00\x00abc")  # a frame cut off mid-write
+    one = [(r, ev) for _, r, ev in open_trace(tmp_path).events()]
+    many = _flat(open_trace(tmp_path).chunks())
+    assert many == one and len(one) == 2 * 120 * 2 + 120 + 7
+
+
+def test_batched_summary_matches_the_per_event_summary(tmp_path):
+    p = tmp_path / "t.cvz"
+    synth().write(str(p), ranks=12, ops=800)
+    s = open_trace(p)
+    a = Model(hang_after_s=1.0, flows=False)
+    a.ingest_ordered(s.events(), cut_off=s.truncated)
+    b = Model(hang_after_s=1.0, flows=False)
+    b.ingest_chunks(open_trace(p).chunks(), cut_off=s.truncated)
+    assert b.summary() == a.summary()
+    assert b.summary()["ops"][0]["count"] == 800

@@ -1,0 +1,633 @@
+"""Ingesting a run of events a batch at a time, leaving exactly the state that
+`Model.ingest` leaves one event at a time.
+
+A Python call per event costs microseconds; a job of a thousand ranks sends far more
+than a million events a second. Nearly all of them are the starts and ends of
+collectives that run cleanly: every member enters once with the same arguments,
+leaves once without error. Such an instance whose whole life lies inside the batch —
+its key unseen before, every member's start and end in the batch — changes the model
+only by sums and maxima (counts, bytes, sequence numbers, last-seen times), by one
+statistics row and one straggler arrival when its last member leaves, and by each
+rank's recent-op window. Those are computed here with numpy, a batch at a time.
+
+Everything else — hellos, group definitions, p2p, errors, instances that straddle
+the batch's edges, ranks whose op ids have gaps — goes through `Model.ingest` in its
+place in the order. The few effects that depend on order (statistics and straggler
+windows, each rank's window of recent ops and last op, flows) are applied in
+position order across both kinds: the slow path's are deferred while the batch runs
+(`Deferred`), the fast instances' completions are interleaved with the slow events.
+
+The invariants that make this exact are checked, not assumed; a batch that breaks
+one (an audit inside it, too many instances open for the stale-instance sweep to
+stay idle) is ingested one event at a time, or in halves.
+"""
+
+from __future__ import annotations
+
+import gc
+from itertools import islice, repeat
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from commviz import ops as opcat
+from commviz.events import Counters, Mark, OpEnd, OpStart, Sample
+from commviz.model.audit import WINDOWS
+from commviz.model.straggler import Arrival
+
+if TYPE_CHECKING:
+    from commviz.model.state import Model
+
+# Kinds a batch may hold and still take the fast path: none of them reads or changes
+# state a fast instance touches (an Audit reads the in-flight table and windows, a
+# Hello moves a clock offset, a GroupDef can complete instances, a Goodbye or Stack
+# is rare enough to go slowly).
+START, END, QUIET, OTHER = 0, 1, 2, 3
+_KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
+MIN_BATCH = 256  # below this the per-event path is as quick
+SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
+MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
+ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
+ID_MAX = 1 << ID_BITS
+
+_id, _t, _seq = attrgetter("id"), attrgetter("t"), attrgetter("seq")
+_sig = attrgetter("op", "group", "bytes", "dtype", "root", "reduce_op")
+_tail = attrgetter("error", "bytes", "device_ns", "captured")
+
+
+def _pick(events: Sequence, idx: np.ndarray) -> tuple:
+    if len(idx) == 1:
+        return (events[int(idx[0])],)
+    return itemgetter(*idx.tolist())(events) if len(idx) else ()
+
+
+def rank_durations(start_t: np.ndarray, end_t: np.ndarray, device_ns: np.ndarray) -> np.ndarray:
+    """Each rank's time in an op, as `Tracker.leave` takes it (`state.device_time_ns`):
+    its device time where the probe measured one, else end minus start on the rank's
+    clock. (Captured ops, untimed, never reach the batch path.)"""
+    return np.where(device_ns >= 0, device_ns, end_t - start_t)
+
+
+class Deferred:
+    """The order-dependent effects of the slow events of a batch, each with the
+    position of the event that made it, applied after the batch in order."""
+
+    __slots__ = ("pos", "ends", "traffic")
+
+    def __init__(self) -> None:
+        self.pos = 0
+        self.ends: list[tuple] = []  # (pos, rank, group, start t, end t, op, end wall, OpStart)
+        self.traffic: list[tuple] = []  # (pos, args, kwargs) of Traffic.op_end
+
+    def end(self, rank: int, s: OpStart, end_t: int, end_wall: int) -> None:
+        self.ends.append((self.pos, rank, s.group, s.t, end_t, s.op, end_wall, s))
+
+    def credit(self, args: tuple, kwargs: dict) -> None:
+        self.traffic.append((self.pos, args, kwargs))
+
+
+class Chunk:
+    """Events to ingest in order, as columns.
+
+    `store` holds the event objects in the order they were read, which is the order
+    they lie in memory: their fields are read once, in that order (the CPU's caches
+    reward it; reading them in ingest order, interleaved across ranks, costs twice as
+    much). `at[i]` is the store index of the i-th event to ingest; the columns are in
+    ingest order. `sig` numbers each start's (op, group, bytes, dtype, root,
+    reduce_op) in `sigs`, `tail` each end's (error, bytes, device_ns, captured) in `tails`."""
+
+    def __init__(self, store: Sequence, ranks: np.ndarray, at: np.ndarray | None = None) -> None:
+        m = len(store)
+        kind = np.fromiter(map(_KIND.get, map(type, store), repeat(OTHER)), np.int8, m)
+        sp = np.flatnonzero(kind == START)
+        ep = np.flatnonzero(kind == END)
+        starts = _pick(store, sp)
+        ends = _pick(store, ep)
+        ident = np.full(m, -1, np.int64)
+        t = np.zeros(m, np.int64)
+        seq = np.full(m, -1, np.int64)
+        sig = np.full(m, -1, np.int64)
+        tail = np.full(m, -1, np.int64)
+        sigs: list = []
+        tails: list = []
+        if starts:
+            ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
+            t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
+            seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
+            keys = list(map(_sig, starts))
+            table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+            sig[sp] = np.fromiter(map(table.__getitem__, keys), np.int64, len(sp))
+            sigs = list(table)
+        if ends:
+            ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
+            t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
+            keys = list(map(_tail, ends))
+            table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+            tail[ep] = np.fromiter(map(table.__getitem__, keys), np.int64, len(ep))
+            tails = list(table)
+        if at is None:
+            at = np.arange(m, dtype=np.int64)
+        else:
+            kind, ident, t, seq, sig, tail, ranks = (c[at] for c in (kind, ident, t, seq, sig, tail, ranks))
+        self.store, self.at = store, at
+        self.kind, self.id, self.t, self.seq, self.sig, self.tail, self.rank = kind, ident, t, seq, sig, tail, ranks
+        self.sigs, self.tails = sigs, tails
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def event(self, i: int):
+        return self.store[self.at[i]]
+
+    def part(self, lo: int, hi: int) -> "Chunk":
+        """Events lo..hi-1, sharing the store and the tables."""
+        c = object.__new__(Chunk)
+        c.store, c.sigs, c.tails = self.store, self.sigs, self.tails
+        for f in ("at", "kind", "id", "t", "seq", "sig", "tail", "rank"):
+            setattr(c, f, getattr(self, f)[lo:hi])
+        return c
+
+
+def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:
+    """`model.ingest(ranks[i], events[i])` for every i, in order — in batches.
+
+    `settle`: a live source that will hand on more — ingest only up to a point in the
+    second half where the fewest collectives are half-way (begun before it, ended
+    after it); returns how many were ingested, the caller keeps the rest and hands
+    them on first next time. Without it (or if there is no better point), all."""
+    if len(events) < MIN_BATCH or model.keep_ops or model._deferred is not None:
+        _one_by_one(model, ranks, events)
+        return len(events)
+    with _no_gc():
+        chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
+        cut = settle_point(chunk, model.groups) if settle and len(chunk) >= SETTLE_MIN else len(chunk)
+        ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
+    return cut
+
+
+def settle_point(c: Chunk, groups: dict | None = None) -> int:
+    """The cut in the second half of `c` that leaves the fewest collective instances
+    with events on both sides (the latest such cut). An instance still missing an end,
+    or (by `groups`, name -> GroupDef) a member's start, runs past the end of `c`."""
+    n = len(c)
+    sp = np.flatnonzero((c.kind == START) & (c.seq >= 0))
+    ep = np.flatnonzero(c.kind == END)
+    if not len(sp) or n < 2 * MIN_BATCH:
+        return n
+    skey = (c.rank[sp] << ID_BITS) | (c.id[sp] & (ID_MAX - 1))
+    o = np.argsort(skey, kind="stable")
+    ekey = (c.rank[ep] << ID_BITS) | (c.id[ep] & (ID_MAX - 1))
+    j = np.minimum(np.searchsorted(skey[o], ekey), len(sp) - 1)
+    hit = skey[o][j] == ekey
+    last = np.full(len(sp), n)  # an instance's events run from its first start to its last end
+    ended = np.zeros(len(sp), bool)
+    ended[o[j[hit]]] = True
+    last[ended] = sp[ended]
+    np.maximum.at(last, o[j[hit]], ep[hit])
+    gidx: dict[str, int] = {}
+    gsig = np.array([gidx.setdefault(k[1], len(gidx)) for k in c.sigs], np.int64)
+    group = gsig[c.sig[sp]]
+    _, inst, count = np.unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), return_inverse=True,
+                               return_counts=True)
+    first_i = np.full(len(count), n)
+    last_i = np.full(len(count), -1)
+    np.minimum.at(first_i, inst, sp)
+    np.maximum.at(last_i, inst, last)
+    if groups:
+        size = np.array([len(groups[g].ranks) if g in groups else 0 for g in gidx], np.int64)
+        g_of = np.zeros(len(count), np.int64)
+        g_of[inst] = group
+        last_i[count < size[g_of]] = n  # a member has not started it yet
+    # halfway[P]: instances with an event before P and one at or after it
+    diff = np.zeros(n + 2, np.int64)
+    np.add.at(diff, first_i + 1, 1)
+    np.add.at(diff, last_i + 1, -1)
+    halfway = np.cumsum(diff)[: n + 1]
+    lo = n // 2
+    best = halfway[lo:].min()
+    return int(lo + np.flatnonzero(halfway[lo:] == best)[-1])
+
+
+class _no_gc:
+    """The batch builds many short-lived tuples and lists, none in a cycle: the cyclic
+    collector, which would walk every object the model holds each time, is held off."""
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc) -> None:
+        if self.was:
+            gc.enable()
+
+
+def ingest_chunk(model: Model, chunk: Chunk) -> None:
+    """Every event of `chunk` in order; an event of a kind outside `_KIND` is
+    ingested on its own, between the batches before and after it."""
+    if model.keep_ops or model._deferred is not None:
+        for i in range(len(chunk)):
+            model.ingest(int(chunk.rank[i]), chunk.event(i))
+        return
+    lo = 0
+    n = len(chunk)
+    for i in np.flatnonzero(chunk.kind == OTHER).tolist() + [n]:
+        while lo < i:
+            hi = min(i, lo + MAX_BATCH)
+            _batch(model, chunk.part(lo, hi))
+            lo = hi
+        if i < n:
+            model.ingest(int(chunk.rank[i]), chunk.event(i))
+        lo = i + 1
+
+
+def _one_by_one(model: Model, ranks: Sequence[int], events: Sequence) -> None:
+    ingest = model.ingest
+    for r, ev in zip(ranks, events):
+        ingest(r, ev)
+
+
+def _chunk_one_by_one(model: Model, c: Chunk) -> None:
+    ingest, store = model.ingest, c.store
+    for r, k in zip(c.rank.tolist(), c.at.tolist()):
+        ingest(r, store[k])
+
+
+def _batch(model: Model, c: Chunk) -> None:
+    if len(c) < MIN_BATCH:
+        _chunk_one_by_one(model, c)
+        return
+    plan = _plan(model, c)
+    if plan is None:
+        _chunk_one_by_one(model, c)
+    elif plan == "split":
+        half = len(c) // 2
+        _batch(model, c.part(0, half))
+        _batch(model, c.part(half, len(c)))
+    else:
+        _apply(model, c, plan)
+
+
+class _Plan:
+    """What the fast instances of a batch do, in columns."""
+
+    def start_obj(self, k: int):
+        """The OpStart of fast start k."""
+        return self.chunk.event(int(self.sp[self.fs[k]]))
+
+
+def _plan(model: Model, c: Chunk):
+    n = len(c)
+    sp = np.flatnonzero(c.kind == START)
+    ep = np.flatnonzero(c.kind == END)
+    if not len(sp) or not len(ep):
+        return None
+    rk = c.rank
+    s_id, s_t, s_seq, s_sig = c.id[sp], c.t[sp], c.seq[sp], c.sig[sp]
+    e_id, e_t, e_tail = c.id[ep], c.t[ep], c.tail[ep]
+    table = c.sigs
+    s_bytes = np.array([k[2] for k in table], np.int64)[s_sig]
+    # an error or a captured op (untimed) goes the per-event way
+    e_err = np.array([bool(k[0]) or bool(k[3]) for k in c.tails], bool)[e_tail]
+    e_bytes = np.array([k[1] for k in c.tails], np.int64)[e_tail]
+    e_dev = np.array([k[2] for k in c.tails], np.int64)[e_tail]
+    ends = ep
+    s_rank = rk[sp]
+    e_rank = rk[ep]
+    if (s_id.min() < 0 or s_id.max() >= ID_MAX or rk.min() < 0 or rk.max() >= (1 << (62 - ID_BITS))
+            or s_seq.max() >= ID_MAX):
+        return None
+
+    # Per signature (few): its op and group, whether it can be a fast collective.
+    sig_list = list(table)
+    group_names = list(dict.fromkeys(k[1] for k in sig_list))
+    gcode = {g: i for i, g in enumerate(group_names)}
+    members = [model.groups[g].ranks if g in model.groups else None for g in group_names]
+    sig_group = np.array([gcode[k[1]] for k in sig_list], np.int64)
+    sig_np2p = np.array([not opcat.is_p2p(k[0]) for k in sig_list], bool)
+    sig_coll = sig_np2p & np.array([bool(members[gcode[k[1]]]) for k in sig_list], bool)
+    sig_members = np.array([len(m) if m else 0 for m in members], np.int64)
+
+    # Ranks whose op ids in the batch run on from their floor without gap or repeat:
+    # no start is a duplicate and SeenIds ends as floor + count whatever the order.
+    skey = (s_rank << ID_BITS) | s_id
+    order = np.argsort(skey, kind="stable")
+    sk = skey[order]
+    if len(sk) > 1 and not (np.diff(sk) > 0).all():
+        distinct_ok = False
+    else:
+        distinct_ok = True
+    ur, first, cnt = np.unique(s_rank[order], return_index=True, return_counts=True)
+    ids_sorted = s_id[order]
+    lo_id = ids_sorted[first]
+    hi_id = ids_sorted[first + cnt - 1]
+    floors = np.full(len(ur), -2, np.int64)  # -2: the rank cannot take the fast path
+    gapped = np.zeros(len(ur), bool)  # its ids have a gap below: new ids join `above`
+    offsets = np.zeros(len(ur), np.int64)
+    states = []
+    for i, (r, k) in enumerate(zip(ur.tolist(), cnt.tolist())):
+        st = model.ranks.get(r)
+        states.append(st)
+        if st is None:
+            continue
+        seen = st.seen_ids
+        offsets[i] = st.offset_ns
+        if k > seen.MAX_ABOVE:  # its id set could trim inside the batch
+            continue
+        if not seen.above:
+            floors[i] = seen.floor
+        elif len(seen.above) + k <= seen.MAX_ABOVE:  # no trimming inside the batch
+            floors[i] = seen.top
+            gapped[i] = True
+    # The ids run on from the highest seen without gap or repeat: none is a duplicate
+    # and SeenIds ends the same whatever the order they are added in.
+    rank_ok = (floors > -2) & (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
+    if not distinct_ok:
+        dup = np.zeros(len(sk), bool)
+        dup[1:] = np.diff(sk) == 0
+        bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
+        rank_ok &= ~np.isin(ur, bad)
+    s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
+
+    # Each start's end: exactly one in the batch with its (rank, id), after it, clean.
+    ekey = (e_rank << ID_BITS) | np.clip(e_id, 0, ID_MAX - 1)
+    e_order = np.argsort(ekey, kind="stable")
+    ek = ekey[e_order]
+    lo = np.searchsorted(ek, skey, "left")
+    hi = np.searchsorted(ek, skey, "right")
+    once = hi - lo == 1
+    match = e_order[np.minimum(lo, len(ek) - 1)]  # index into ends (valid where once)
+    valid_e = (e_id[match] == s_id) & (e_id[match] >= 0)
+    start_ok = (sig_coll[s_sig] & (s_seq >= 0) & rank_ok[s_ri] & once & valid_e
+                & (ep[match] > sp) & ~e_err[match])
+
+    # Instances: every collective start of the batch, fast or not, by (group, seq).
+    coll = np.flatnonzero(sig_coll[s_sig] & (s_seq >= 0))
+    if not len(coll):
+        return None
+    ikey = (sig_group[s_sig[coll]] << ID_BITS) | s_seq[coll]
+    uk, inv, icnt = np.unique(ikey, return_inverse=True, return_counts=True)
+    # No sweep of stale instances may run inside the batch (it would in the per-event
+    # path at some count of open instances): bound how many can be open at once.
+    entered = (sig_group[s_sig] << ID_BITS) | s_seq
+    opened = len(np.unique(entered[sig_np2p[s_sig] & (s_seq >= 0)]))
+    unmatched = len(ends) - int(np.isin(ekey, skey).sum())  # may re-open an instance
+    if len(model.pending) + opened + unmatched > model._sweep_at:
+        return "split" if n >= 2 * MIN_BATCH else None
+    ni = len(uk)
+    i_group = uk >> ID_BITS
+    ok = icnt == sig_members[i_group]
+    ok &= np.bincount(inv, weights=~start_ok[coll], minlength=ni) == 0
+    sig_c = s_sig[coll]
+    smin = np.full(ni, np.iinfo(np.int64).max)
+    smax = np.full(ni, -1)
+    np.minimum.at(smin, inv, sig_c)
+    np.maximum.at(smax, inv, sig_c)
+    ok &= smin == smax
+    # Members exactly: as many starts as members, distinct ranks, all of them members.
+    rank_c = s_rank[coll]
+    o2 = np.lexsort((rank_c, inv))
+    same = (inv[o2][1:] == inv[o2][:-1]) & (rank_c[o2][1:] == rank_c[o2][:-1])
+    if same.any():
+        ok[np.unique(inv[o2][1:][same])] = False
+    member = np.zeros(len(coll), bool)
+    for g, mem in enumerate(members):
+        sel = sig_group[sig_c] == g
+        if mem and sel.any():
+            member[sel] = np.isin(rank_c[sel], np.fromiter(mem, np.int64, len(mem)))
+    ok &= np.bincount(inv, weights=~member, minlength=ni) == 0
+    i_seq = uk & (ID_MAX - 1)
+    if model.pending:
+        for i in np.flatnonzero(ok).tolist():
+            if (group_names[i_group[i]], int(i_seq[i])) in model.pending:
+                ok[i] = False
+    if not ok.any():
+        return None
+
+    fs = coll[ok[inv]]  # fast starts (indices into the start columns)
+    finv = np.searchsorted(np.flatnonzero(ok), inv[ok[inv]])  # their fast instance, 0..nf-1
+    fe = match[fs]  # their ends (indices into the end columns)
+    p = _Plan()
+    p.fast = np.zeros(n, bool)
+    p.fast[sp[fs]] = True
+    p.fast[ep[fe]] = True
+    p.ur, p.rank_ok, p.floors, p.cnt, p.states, p.offsets = ur, rank_ok, floors, cnt, states, offsets
+    p.gapped = gapped
+    ri = s_ri[fs]
+    p.ri = ri
+    p.s_pos, p.e_pos = sp[fs], ep[fe]
+    p.s_t, p.e_t = s_t[fs], e_t[fe]
+    nb = np.where(e_bytes[fe] >= 0, e_bytes[fe], s_bytes[fs])
+    p.nbytes = nb
+    p.seq = s_seq[fs]
+    p.sig = s_sig[fs]
+    p.sig_list = sig_list
+    p.members = members
+    p.sig_group = sig_group
+    p.s_wall = s_t[fs] + offsets[ri]
+    p.e_wall = e_t[fe] + offsets[ri]
+    dur = rank_durations(s_t[fs], e_t[fe], e_dev[fe])
+    nf = int(ok.sum())
+    p.nf = nf
+    p.finv = finv
+    # Per fast instance: where it completes (its last member leaves), bytes, time.
+    p.done_pos = np.full(nf, -1)
+    np.maximum.at(p.done_pos, finv, p.e_pos)
+    p.i_bytes = np.zeros(nf, np.int64)
+    np.maximum.at(p.i_bytes, finv, nb)
+    p.i_dur = np.full(nf, np.iinfo(np.int64).max)
+    np.minimum.at(p.i_dur, finv, dur)
+    p.i_sig = np.zeros(nf, np.int64)
+    p.i_sig[finv] = p.sig
+    p.i_seq = np.zeros(nf, np.int64)
+    p.i_seq[finv] = p.seq
+    # The straggler test's arrival: the latest start and the one before it.
+    o3 = np.lexsort((s_rank[fs], p.s_wall, finv))
+    last_at = np.flatnonzero(np.r_[finv[o3][1:] != finv[o3][:-1], True])
+    p.t_last = p.s_wall[o3][last_at]
+    p.last_rank = s_rank[fs][o3][last_at]
+    prev_at = last_at - 1
+    has_prev = np.r_[False, finv[o3][1:] == finv[o3][:-1]][last_at]
+    p.t_prev = np.where(has_prev, p.s_wall[o3][np.maximum(prev_at, 0)], 0)
+    p.has_prev = has_prev
+    p.chunk, p.sp, p.fs = c, sp, fs
+    return p
+
+
+def _apply(model: Model, c: Chunk, p: _Plan) -> None:
+    shed = model.shed
+    stats = model.stats
+    from commviz.model.stats import OpStats
+
+    order = np.argsort(p.done_pos, kind="stable")
+    done = p.done_pos[order].tolist()
+    slow = np.flatnonzero(~p.fast).tolist()
+    d = Deferred()
+    model._deferred = d
+    try:
+        j, nf = 0, p.nf
+        ingest, store, ranks, at = model.ingest, c.store, c.rank, c.at
+        for pos in slow:
+            while j < nf and done[j] < pos:
+                _complete(model, p, int(order[j]), stats, shed, OpStats)
+                j += 1
+            d.pos = pos
+            ingest(int(ranks[pos]), store[at[pos]])
+        while j < nf:
+            _complete(model, p, int(order[j]), stats, shed, OpStats)
+            j += 1
+    finally:
+        model._deferred = None
+    _sums(model, p)
+    _windows(model, p, d)
+    if model.flows and not shed:
+        _traffic(model, p, d)
+
+
+def _complete(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:
+    op, group = p.sig_list[p.i_sig[i]][:2]
+    st = stats.get((op, group))
+    if st is None:
+        st = stats[(op, group)] = OpStats()
+    st.add(int(p.i_bytes[i]), None if shed else int(p.i_dur[i]), error=False)
+    if shed:
+        model.shed_ops += 1
+        return
+    n = len(p.members[p.sig_group[p.i_sig[i]]])
+    if n < 2:
+        return
+    t_last, t_prev = int(p.t_last[i]), int(p.t_prev[i])
+    last = int(p.last_rank[i]) if t_last > t_prev else -1
+    model.stragglers.append(group, Arrival(int(p.i_seq[i]), op, last, t_last - t_prev, t_last, int(p.i_dur[i])))
+
+
+def _sums(model: Model, p: _Plan) -> None:
+    """The order-free effects: counts, bytes, seqs, last-seen times, seen ids."""
+    nr = len(p.ur)
+    model.events += 2 * len(p.ri)
+    n_ends = np.bincount(p.ri, minlength=nr)
+    b_ends = np.zeros(nr, np.int64)
+    np.add.at(b_ends, p.ri, p.nbytes)
+    seen = np.full(nr, np.iinfo(np.int64).min)
+    np.maximum.at(seen, p.ri, np.maximum(p.s_wall, p.e_wall))
+    # per (rank, op) and (rank, group) from the few signatures
+    key = p.ri * len(p.sig_list) + p.sig
+    uk, inv = np.unique(key, return_inverse=True)
+    kc = np.bincount(inv)
+    kb = np.zeros(len(uk), np.int64)
+    np.add.at(kb, inv, p.nbytes)
+    kseq = np.full(len(uk), -1)
+    np.maximum.at(kseq, inv, p.seq)
+    states = p.states
+    for i in np.flatnonzero(n_ends).tolist():
+        r = states[i]
+        r.ops_done += int(n_ends[i])
+        r.bytes_done += int(b_ends[i])
+        if seen[i] > r.last_seen:
+            r.last_seen = int(seen[i])
+        if seen[i] > model.last_t:
+            model.last_t = int(seen[i])
+    for k, c, b, sq in zip(uk.tolist(), kc.tolist(), kb.tolist(), kseq.tolist()):
+        i, sig = divmod(k, len(p.sig_list))
+        r = states[i]
+        op, group = p.sig_list[sig][:2]
+        cell = r.per_op.setdefault(op, [0, 0])
+        cell[0] += c
+        cell[1] += b
+        if sq > r.seqs.get(group, -1):
+            r.seqs[group] = sq
+    for i in np.flatnonzero(p.rank_ok).tolist():
+        sid = states[i].seen_ids
+        top = int(p.floors[i] + p.cnt[i])
+        if p.gapped[i]:
+            sid.above.update(range(int(p.floors[i]) + 1, top + 1))
+        else:
+            sid.floor = top
+            sid.above.clear()
+        sid.top = max(sid.top, top)
+
+
+def _windows(model: Model, p: _Plan, d: Deferred) -> None:
+    """Each rank's window of recent ops and its last op, from every end of the batch
+    (fast and slow) in position order."""
+    slow_by: dict[int, list] = {}
+    for e in d.ends:  # (pos, rank, group, start t, end t, op, end wall, OpStart), in order
+        slow_by.setdefault(e[1], []).append(e)
+    group_of = np.array([k[1] for k in p.sig_list] + [""], dtype=object)
+    order = np.lexsort((p.e_pos, p.ri))
+    ri_o = p.ri[order]
+    bounds = np.flatnonzero(np.r_[True, ri_o[1:] != ri_o[:-1], True]).tolist()
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        i = int(ri_o[a])
+        r = p.states[i]
+        cut = max(a, b - WINDOWS)  # only the newest WINDOWS can stay in the window
+        idx = order[cut:b]
+        items = list(zip(group_of[p.sig[idx]].tolist(), p.s_t[idx].tolist(), p.e_t[idx].tolist()))
+        pushed = int(p.s_t[order[a:cut]].max()) if cut > a else None
+        k = int(order[b - 1])
+        last_pos = int(p.e_pos[k])
+        last = None
+        extra = slow_by.pop(int(p.ur[i]), None)
+        if extra:
+            pos = p.e_pos[idx]
+            at = np.searchsorted(pos, [e[0] for e in extra]).tolist()
+            for j in range(len(extra) - 1, -1, -1):  # from the back, so earlier indices hold
+                e = extra[j]
+                items.insert(at[j], (e[2], e[3], e[4]))
+            if extra[-1][0] > last_pos:
+                last = extra[-1]
+        _window_extend(r.windows, items, pushed)
+        if last is not None:
+            r.last_op, r.last_op_end, r.last_start = last[5], last[6], last[7]
+        else:
+            r.last_op, r.last_op_end, r.last_start = p.sig_list[p.sig[k]][0], int(p.e_wall[k]), p.start_obj(k)
+    for rank, extra in slow_by.items():  # ranks with only slow ends
+        r = model.ranks[rank]
+        _window_extend(r.windows, [(e[2], e[3], e[4]) for e in extra], None)
+        e = extra[-1]
+        r.last_op, r.last_op_end, r.last_start = e[5], e[6], e[7]
+
+
+def _window_extend(w, items: list, pushed: int | None) -> None:
+    """`w.add` for each (group, start, end) in order, at once: what falls out of the
+    full deque raises `dropped_before` to its newest start (`pushed`: that of the
+    items left out before these)."""
+    q = w.ended
+    over = len(q) + len(items) - q.maxlen
+    if pushed is not None:
+        w.dropped_before = max(w.dropped_before, pushed)
+    if over > 0:
+        out = list(islice(q, over)) if over <= len(q) else list(q) + items[:over - len(q)]
+        w.dropped_before = max(w.dropped_before, max(x[1] for x in out))
+    q.extend(items)
+
+
+def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
+    """Flows as `Model._end` feeds them, every end of the batch in position order."""
+    # A collective's data moves from its last member's arrival so far: the latest start
+    # of its instance before this end — nearly always every start of it.
+    last_start_pos = np.full(p.nf, -1)
+    np.maximum.at(last_start_pos, p.finv, p.s_pos)
+    newest = np.zeros(p.nf, np.int64)
+    np.maximum.at(newest, p.finv, p.s_wall)
+    arrived = newest[p.finv]
+    for k in np.flatnonzero(p.e_pos < last_start_pos[p.finv]).tolist():
+        before = (p.finv == p.finv[k]) & (p.s_pos < p.e_pos[k])
+        arrived[k] = p.s_wall[before].max()
+    order = np.argsort(p.e_pos, kind="stable")
+    sig = p.sig[order].tolist()
+    ops = [k[0] for k in p.sig_list]
+    roots = [k[4] for k in p.sig_list]
+    mems = [p.members[g] for g in p.sig_group.tolist()]
+    fast = zip(p.e_pos[order].tolist(), p.ur[p.ri[order]].tolist(), sig, p.nbytes[order].tolist(),
+               p.s_wall[order].tolist(), p.e_wall[order].tolist(), arrived[order].tolist())
+    slow = d.traffic  # (pos, args, kwargs), in position order
+    j, ns = 0, len(slow)
+    op_end = model.traffic.op_end
+    for pos, rank, g, nbytes, t0, t1, arr in fast:
+        while j < ns and slow[j][0] < pos:
+            op_end(*slow[j][1], **slow[j][2])
+            j += 1
+        op_end(rank, ops[g], nbytes, t0, t1, failed=False, root=roots[g], members=mems[g], arrived=arr)
+    for _, args, kw in slow[j:]:
+        op_end(*args, **kw)

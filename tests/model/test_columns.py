@@ -1,0 +1,211 @@
+"""The batch path (`Model.ingest_many`, `model/columns.py`) leaves exactly the state
+the per-event path leaves, on traces full of what makes it fall back: drops, resends,
+errors, desyncs, p2p, unknown groups, a restart, device times, stragglers."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample
+from commviz.model import Model, audit, columns
+
+
+def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> list[tuple[int, object]]:
+    """(rank, event) in arrival order: ranks flush in frames of a few steps each, out of step."""
+    rng = random.Random(seed)
+    world = list(range(ranks))
+    evens = [r for r in world if r % 2 == 0]
+    mono = [10**12 * (1 + r // 3) for r in world]
+    per_rank: list[list] = [[Hello(r, r, ranks, f"h{r // 3}", 100 + r, "gloo", "cpu", "2", "0", "job",
+                                   mono[r], wall0), GroupDef("0", world, "gloo"), GroupDef("e", evens, "gloo")]
+                            for r in world]
+    ids = [0] * ranks
+    seqs = {("0", r): 0 for r in world} | {("e", r): 0 for r in evens}
+    p2p = {}
+    late = rng.randrange(ranks)
+    t = 0
+    for step in range(steps):
+        t += rng.randrange(50_000, 200_000)
+        noisy = 3.0 if step % 150 < 8 else 0.01  # spells of trouble, clean runs between
+        kind = rng.random()
+        gid = "e" if kind < 0.15 else "0"
+        members = evens if gid == "e" else world
+        if kind > 1 - 0.07 * min(noisy, 1.0) - 0.01:  # a send/recv pair between two ranks
+            a, b = rng.sample(world, 2)
+            k = p2p.get((a, b), 0)
+            p2p[(a, b)] = k + 1
+            for r, op, peer in ((a, "send", b), (b, "recv", a)):
+                s = OpStart(ids[r], mono[r] + t, op, "0", k, 256, "float32", [64], peer=peer)
+                per_rank[r] += [s, OpEnd(ids[r], mono[r] + t + rng.randrange(1000, 9000))]
+                ids[r] += 1
+            continue
+        name = rng.choice(["all_reduce", "all_reduce", "broadcast", "all_to_all", "reduce_scatter_tensor"])
+        nbytes = rng.choice([4096, 1 << 20])
+        for r in members:
+            seq = seqs[(gid, r)]
+            seqs[(gid, r)] += 1
+            arrive = t + rng.randrange(1000, 20_000) + (rng.randrange(50_000, 90_000) if r == late else 0)
+            b = nbytes
+            dtype = "float32"
+            if rng.random() < 0.01 * noisy:
+                b = nbytes * 2  # a desync
+            if rng.random() < 0.005 * noisy:
+                dtype = "bfloat16"
+            s = OpStart(ids[r], mono[r] + arrive, name, gid, -1 if rng.random() < 0.01 * noisy else seq, b, dtype, [b // 4],
+                        root=0 if name == "broadcast" else -1, reduce_op="sum" if name == "all_reduce" else "")
+            end_t = mono[r] + t + 100_000 + rng.randrange(0, 3000)
+            err = "RuntimeError: peer gone" if rng.random() < 0.004 * noisy else ""
+            dev = rng.randrange(10_000, 90_000) if rng.random() < 0.3 else -1
+            captured = dev < 0 and rng.random() < 0.01 * noisy  # captured into a CUDA graph: untimed
+            e = OpEnd(ids[r], end_t, error=err, bytes=b * 2 if rng.random() < 0.01 * noisy else -1, device_ns=dev,
+                      captured=captured)
+            ids[r] += 1
+            roll = rng.random()
+            roll /= noisy
+            if roll < 0.01:
+                per_rank[r].append(e)  # its start was dropped: an orphan end
+            elif roll < 0.02:
+                per_rank[r].append(s)  # its end was dropped: left in flight
+            elif roll < 0.03:
+                per_rank[r] += [s, s, e]  # resent after a reconnect
+            else:
+                per_rank[r] += [s, e]
+        r = rng.randrange(ranks)
+        if rng.random() < 0.05:
+            per_rank[r].append(Counters(mono[r] + t, dropped=rng.randrange(3)))
+        if rng.random() < 0.02:
+            per_rank[r].append(Sample(mono[r] + t, {"cpu": rng.random()}))
+        if rng.random() < 0.01:
+            per_rank[r].append(Mark(mono[r] + t, f"step {step}"))
+        if step == steps // 2:  # a rank reconnects (same pid) and says hello again
+            per_rank[r].append(Hello(r, r, ranks, f"h{r // 3}", 100 + r, "gloo", "cpu", "2", "0", "job",
+                                     mono[r] + t, wall0 + t))
+        if step == steps // 3:
+            per_rank[r].append(GroupDef("x", [r], "gloo"))  # a group of one, late
+    for r in world:
+        if r != late:
+            per_rank[r].append(Goodbye(mono[r] + t + 10**9))
+    # arrival order: each rank flushes its events in frames of a few, a frame arrives a
+    # little after its newest event (a rank's frames stay in order)
+    frames = []
+    for r in world:
+        evs, i = per_rank[r], 0
+        arrive = 0
+        while i < len(evs):
+            n = rng.randrange(1, 16)
+            newest = max((getattr(ev, "t", 0) - mono[r] for ev in evs[i:i + n]), default=0)
+            arrive = max(arrive, newest + rng.randrange(0, 400_000))
+            frames.append((arrive, r, evs[i:i + n]))
+            i += n
+    frames.sort(key=lambda f: (f[0], f[1]))
+    out = [(r, ev) for _, r, evs in frames for ev in evs]
+    return out
+
+
+def _state(m: Model) -> dict:
+    """Everything the model holds that a view, a diagnosis or a later event can read."""
+    ranks = {}
+    for rank, r in sorted(m.ranks.items()):
+        ranks[rank] = (
+            r.ops_done, r.bytes_done, sorted(r.per_op.items()), r.last_seen, r.last_op, r.last_op_end,
+            r.last_start, sorted(r.seqs.items()), r.seen_ids.floor, sorted(r.seen_ids.above),
+            [(k, f.start, f.t_wall) for k, f in r.inflight.items()], list(r.windows.ended),
+            r.windows.dropped_before, r.dropped, r.status, r.gone_reason, r.gone_t, sorted(r.sample.items()),
+        )
+    stats = {k: (s.count, s.bytes, s.errors, s.time_ns, s.timed, s.timed_bytes, list(s._samples))
+             for k, s in m.stats.items()}
+    pending = {k: (i.op, i.bytes, sorted(i.durations.items()), i.errors, sorted(i.ended),
+                   sorted((r, f.start, f.t_wall) for r, f in i.starts.items()), sorted(i.failed.items()),
+                   i.last_arrival) for k, i in m.pending.items()}
+    flows = m.traffic.flows
+    return {
+        "ranks": ranks, "stats": stats, "pending": pending, "pending_order": list(m.pending),
+        "pairs": sorted(m.tracker.pairs), "stragglers": {g: list(d) for g, d in m.stragglers.groups.items()},
+        "desyncs": [(k, d.message) for k, d in m.desync_history.items()],
+        "counts": (m.events, m.last_t, m.orphan_ends, m.duplicates, m.shed_ops, m._sweep_at,
+                   m.tracker.evicted_instances),
+        "marks": list(m.marks), "edges": dict(flows.edges), "buckets": {e: dict(b) for e, b in flows.buckets.items()},
+        "newest": flows.newest, "flow_rates": flows.rates(m.last_t),
+        "throughput": [m.traffic.throughput.series(m.last_t, 40, rank) for rank in (None, 0, 1)],
+        "summary": m.summary(), "rows": m.rank_rows(m.last_t),
+    }
+
+
+def _feed_in_batches(m: Model, trace: list, rng: random.Random) -> None:
+    i = 0
+    while i < len(trace):
+        n = rng.choice([1, 7, 300, 900, 2500, 6000])
+        part = trace[i:i + n]
+        m.ingest_many([r for r, _ in part], [ev for _, ev in part])
+        i += n
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    """Batches small enough that a short trace exercises the splits and the edges."""
+    monkeypatch.setattr(columns, "MIN_BATCH", 64)
+    monkeypatch.setattr(columns, "MAX_BATCH", 2048)
+    # and a window of recent ops short enough to overflow (the audit's is 8,192)
+    monkeypatch.setattr(columns, "WINDOWS", 16)
+    monkeypatch.setattr(audit.Windows.__init__, "__defaults__", (16,))
+
+
+@pytest.mark.parametrize("seed", range(16))
+@pytest.mark.parametrize("flows", [False, True])
+def test_batches_leave_the_state_one_event_at_a_time_leaves(seed, flows, monkeypatch):
+    trace = _trace(seed)
+    one, many = Model(flows=flows), Model(flows=flows)
+    for r, ev in trace:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    _feed_in_batches(many, trace, random.Random(seed))
+    assert sum(taken) > 0  # the fast path ran (and its effects are in the state compared)
+    assert _state(many) == _state(one)
+    one.end_of_trace()
+    many.end_of_trace()
+    assert many.summary() == one.summary()
+
+
+def _spy_fast(monkeypatch) -> list[int]:
+    """How many events each batch took the fast path for."""
+    taken: list[int] = []
+    real = columns._apply
+
+    def spy(model, chunk, plan):
+        taken.append(int(plan.fast.sum()))
+        return real(model, chunk, plan)
+
+    monkeypatch.setattr(columns, "_apply", spy)
+    return taken
+
+
+def test_the_batch_path_takes_most_events_of_a_clean_run(monkeypatch):
+    """Not a timing: the fast path must actually be taken, or the batch path is only
+    the slow path with extra steps."""
+    taken = _spy_fast(monkeypatch)
+    m = Model()
+    ranks, events = [], []
+    for r in range(4):
+        ranks += [r, r]
+        events += [Hello(r, r, 4, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18), GroupDef("0", [0, 1, 2, 3], "gloo")]
+    for i in range(1000):
+        for r in range(4):
+            ranks += [r, r]
+            events += [OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900)]
+    m.ingest_many(ranks, events)
+    assert sum(taken) > 0.95 * 8000
+    assert m.summary()["ops"][0]["count"] == 1000
+    assert m.ranks[3].ops_done == 1000 and m.ranks[3].seen_ids.floor == 999
+
+
+def test_shedding_in_batches_counts_what_it_sheds():
+    trace = _trace(3)
+    one, many = Model(), Model()
+    one.shed = many.shed = True
+    for r, ev in trace:
+        one.ingest(r, ev)
+    _feed_in_batches(many, trace, random.Random(3))
+    assert _state(many) == _state(one)
+    assert many.shed_ops == one.shed_ops > 0
