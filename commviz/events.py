@@ -271,17 +271,19 @@ MAX_WIRE_FRAME = 128 * 1024
 
 def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int = MAX_WIRE_FRAME):
     """`events` as frames of at most `limit` bytes, in order: (payload, events in it).
-    A run too big is halved until it fits; a single event bigger than the limit comes
-    as (None, 1), for the caller to count as lost."""
+    A run too big is cut into pieces that should fit by its bytes per event (each
+    piece checked the same way); a single event bigger than the limit comes as
+    (None, 1), for the caller to count as lost. Callers size their runs to fit (the
+    sender's MAX_BATCH), so the first encoding is nearly always the only one."""
     payload = encode_batch(rank, events, schema)
     if len(payload) <= limit:
         yield payload, len(events)
     elif len(events) == 1:
         yield None, 1
     else:
-        half = len(events) // 2
-        yield from encode_frames(rank, events[:half], schema, limit)
-        yield from encode_frames(rank, events[half:], schema, limit)
+        n = min(len(events) // 2, max(1, len(events) * limit * 9 // (10 * len(payload))))
+        for i in range(0, len(events), n):
+            yield from encode_frames(rank, events[i : i + n], schema, limit)
 
 
 def _newer(schema: int) -> FrameError:

@@ -21,7 +21,7 @@ from commviz.probe.names import dtype_name
 # (start_record / end_record); rarer events are queued as Structs.
 
 COUNTERS_EVERY_S = 1.0
-MAX_BATCH = 4096  # events per frame
+MAX_BATCH = 2048  # events per frame: ~75 KB of ops, under the wire's 128 KiB (events.MAX_WIRE_FRAME)
 # Frames the watcher has not taken yet (none running, just starting, frozen) are kept
 # up to this many events and retried, so a watcher that starts a moment after the
 # job still gets everything; beyond it the oldest are dropped and counted.

@@ -20,7 +20,7 @@ from commviz.transport.client import Client
 from commviz.transport.server import Server
 
 FLUSH_S = 0.05
-MAX_EVENTS = 4096  # per forwarded frame, as the probe's own MAX_BATCH
+MAX_EVENTS = 2048  # per forwarded frame, as the probe's own MAX_BATCH
 MAX_HELD = 1_000_000  # events held for forwarding at most; past that the oldest rank's are dropped
 # Frames to the centre not yet acknowledged (transport/credit.py): a node's ranks send
 # one frame each per flush, so a window of many ranks' frames.
