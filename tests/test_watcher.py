@@ -127,7 +127,7 @@ def test_the_status_line_counts_connections_refused_for_being_one_too_many(tmp_p
             s.setsockopt(zmq.LINGER, 0)
             s.connect(feed.addr)
             socks.append(s)
-        assert wait_for(lambda: feed.server.turned_away >= 2)
+        assert wait_for(lambda: feed.server.turned_away >= 2, timeout=20)
         assert f"{feed.server.turned_away} connections refused (over 2 at once)" in feed.status()
     finally:
         for s in socks:

@@ -14,14 +14,7 @@ from commviz.transport.server import Server
 from commviz.transport.token import Gate
 from tests.helpers import hello, op
 from tests.transport.test_server import settled, sockdir, wait_for  # noqa: F401  (fixture)
-
-
-class NoCtx:
-    def socket(self, kind):
-        class S:
-            def setsockopt(self, *a): pass
-            def bind(self, *a): pass
-        return S()
+from tests.transport.test_token import NoCtx
 
 
 def test_the_zap_handler_turns_away_one_connection_too_many_and_says_why():

@@ -31,14 +31,17 @@ def test_ipc_stays_token_free_unless_one_is_set():
     assert said == []
 
 
-def test_the_zap_reply_admits_the_exact_token_only():
-    class NoCtx:
-        def socket(self, kind):
-            class S:
-                def setsockopt(self, *a): pass
-                def bind(self, *a): pass
-            return S()
+class NoCtx:
+    """A zmq context whose sockets do nothing: a Gate's reply is tested alone."""
 
+    def socket(self, kind):
+        class S:
+            def setsockopt(self, *a): pass
+            def bind(self, *a): pass
+        return S()
+
+
+def test_the_zap_reply_admits_the_exact_token_only():
     gate = tokens.Gate(NoCtx(), "s3cret")
 
     def ask(mech, *cred, domain=b"commviz"):
