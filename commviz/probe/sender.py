@@ -27,7 +27,7 @@ MAX_BATCH = 2048  # events per frame: ~75 KB of ops, under the wire's 128 KiB (e
 # job still gets everything; beyond it the oldest are dropped and counted.
 BACKLOG_EVENTS = 100_000
 EXIT_GRACE_S = 0.25  # at exit, wait at most this long for ops still completing
-EXIT_HANDOVER_S = 0.5  # and this long for a watcher that is taking frames to take the rest
+EXIT_HANDOVER_S = 0.5  # and this long (twice: the rest, then the goodbye) for a watcher taking frames
 
 
 class Sender:
@@ -243,13 +243,16 @@ class Sender:
             inflight = inflight[len(inflight) // 2 + 1 :]
 
     def _hand_over(self, deadline: float) -> None:
-        """At exit: what the backlog holds goes to a watcher that is taking it, until
-        the deadline; a watcher that is absent or frozen costs no wait."""
-        while self.backlog:
+        """At exit: until the deadline, hand the backlog to a watcher that is taking it,
+        and let it take what the window holds, so the goodbye after it is not queued
+        behind frames the watcher may not read in zmq's linger. A watcher that is gone
+        costs no wait; a frozen one, the deadline."""
+        while self.backlog or len(self.client.window):
             self._send_backlog()
-            if not self.backlog or not self.connected or time.monotonic() >= deadline:
+            if not self.connected or time.monotonic() >= deadline:
                 return
-            time.sleep(0.002)
+            if self.backlog or len(self.client.window):
+                time.sleep(0.002)
 
     def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
         """Last flush with a goodbye; bounded in time so exit is never held up."""
@@ -282,6 +285,7 @@ class Sender:
                 self._send_backlog(extra=2)
                 while self.backlog:
                     self._pop_backlog(lost=True)
+                self._hand_over(time.monotonic() + EXIT_HANDOVER_S)  # till the goodbye is acked
         finally:
             if self.trace is not None:
                 self.trace.close()
