@@ -242,17 +242,21 @@ class Sender:
                 return payload
             inflight = inflight[len(inflight) // 2 + 1 :]
 
-    def _hand_over(self, deadline: float) -> None:
-        """At exit: until the deadline, hand the backlog to a watcher that is taking it,
-        and let it take what the window holds, so the goodbye after it is not queued
-        behind frames the watcher may not read in zmq's linger. A watcher that is gone
-        costs no wait; a frozen one, the deadline."""
+    def _hand_over(self, extra: int = 0) -> None:
+        """At exit: for EXIT_HANDOVER_S at most, hand the backlog to a watcher that is
+        taking it and let it take what the window holds (so a goodbye after it is not
+        queued behind frames the watcher may not read in zmq's linger); what is still
+        in the backlog then is lost, unless traced. A watcher that is gone costs no
+        wait; a frozen one, the deadline. `extra` as for _send_backlog."""
+        deadline = time.monotonic() + EXIT_HANDOVER_S
         while self.backlog or len(self.client.window):
-            self._send_backlog()
+            self._send_backlog(extra)
             if not self.connected or time.monotonic() >= deadline:
-                return
+                break
             if self.backlog or len(self.client.window):
                 time.sleep(0.002)
+        while self.backlog:
+            self._pop_backlog(lost=True)
 
     def stop(self, reason: str = "exit", timeout: float = 1.0) -> None:
         """Last flush with a goodbye; bounded in time so exit is never held up."""
@@ -274,18 +278,13 @@ class Sender:
             for i in range(0, len(events), MAX_BATCH):
                 self._emit(events[i : i + MAX_BATCH])
             if self.client is not None:
-                self._hand_over(time.monotonic() + EXIT_HANDOVER_S)
-                while self.backlog:  # not handed over in time: lost unless traced
-                    self._pop_backlog(lost=True)
+                self._hand_over()
             # The goodbye counts what neither the watcher nor the trace got before it.
             # It may go one past the window (and past a resync), so a watcher that is
-            # taking frames gets it even when the window is full.
+            # taking frames gets it even when the window is full; then it is waited for.
             self._emit([Goodbye(time.monotonic_ns(), self.health.dropped, reason)])
             if self.client is not None:
-                self._send_backlog(extra=2)
-                while self.backlog:
-                    self._pop_backlog(lost=True)
-                self._hand_over(time.monotonic() + EXIT_HANDOVER_S)  # till the goodbye is acked
+                self._hand_over(extra=2)
         finally:
             if self.trace is not None:
                 self.trace.close()
