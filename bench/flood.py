@@ -7,7 +7,7 @@ running a moment after the flood (to drain), then reports what it read, what it 
 away, and its peak RSS (ru_maxrss) and its RSS at the end.
 
     python bench/flood.py [--peers 50] [--seconds 4] [--mix random|hostile|big] [--tcp] [--no-dashboard]
-                          [--min-rejected N] [--stall S]
+                          [--min-rejected N] [--stall S] [--pyzmq]
 
 Mixes: `random` is random 64-byte frames (the cheapest frame to send, so the most
 frames per second); `hostile` adds deeply nested msgpack, multi-part messages, 1 MB
@@ -76,14 +76,19 @@ def _stall(server, stall_s: float) -> None:
 
 
 def watcher(addr: str, seconds: float, settle: float, min_rejected: int, stop_file: str,
-            dashboard: bool, token: str | None, stall_s: float = 0.0) -> None:
+            dashboard: bool, token: str | None, stall_s: float = 0.0, pyzmq: bool = False) -> None:
     """The watcher process: listen, say 'ready'; once the flood has run `seconds` and
     it has turned away `min_rejected` frames (or CAP_S passed), create `stop_file` (the
     flooders stop on it), run `settle` more seconds, print one JSON line."""
     from commviz.watcher import LiveFeed
 
     kw = {"token": token} if token else {}
-    feed = LiveFeed(addr, **kw).start()
+    feed = LiveFeed(addr, **kw)
+    if pyzmq:  # the reader loop without its C part, to compare in one run
+        from commviz.transport import reader
+
+        feed.server._read = reader.reader(feed.server._sock, prefer_c=False)
+    feed.start()
     if stall_s:
         _stall(feed.server, stall_s)
     peak = [_rss_mb()]
@@ -215,6 +220,8 @@ def main() -> None:
     ap.add_argument("--no-dashboard", action="store_true")
     ap.add_argument("--stall", type=float, default=0.0,
                     help="the watcher's reader takes nothing for this long once frames arrive (zmq's queues fill)")
+    ap.add_argument("--pyzmq", action="store_true",
+                    help="the watcher reads through pyzmq, not its C loop (what an install without a compiler gets)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object (for tests)")
     ap.add_argument("--_watcher", help=argparse.SUPPRESS)
     ap.add_argument("--_flood", help=argparse.SUPPRESS)
@@ -225,7 +232,7 @@ def main() -> None:
     token = os.environ.get("FLOOD_TOKEN")
     if args._watcher:
         return watcher(args._watcher, args.seconds, args.settle, args.min_rejected, args._stop,
-                       not args.no_dashboard, token, args.stall)
+                       not args.no_dashboard, token, args.stall, args.pyzmq)
     if args._flood:
         return flooder(args._flood, args._peers, args._stop, args.mix, token, args._seed)
 
@@ -245,7 +252,7 @@ def main() -> None:
     stop = os.path.join(tmp, "stop")
     common = ["--_stop", stop, "--seconds", str(args.seconds), "--settle", str(args.settle), "--mix", args.mix,
               "--min-rejected", str(args.min_rejected)]
-    dash = (["--no-dashboard"] if args.no_dashboard else []) + ["--stall", str(args.stall)]
+    dash = (["--no-dashboard"] if args.no_dashboard else []) + ["--stall", str(args.stall)] + (["--pyzmq"] if args.pyzmq else [])
     w = subprocess.Popen(me + ["--_watcher", addr] + common + dash, stdout=subprocess.PIPE, text=True)
     if w.stdout.readline().strip() != "ready":
         sys.exit("the watcher did not start")
@@ -261,6 +268,7 @@ def main() -> None:
         print(json.dumps(dict(got, peers=args.peers, sent=sent, seconds=flood_s)))
         return
     print(f"{os.cpu_count()} CPUs, {'tcp loopback + token' if args.tcp else 'ipc'}, mix {args.mix}, "
+          f"reader {'pyzmq' if args.pyzmq else 'C'}, "
           f"dashboard {'off' if args.no_dashboard else 'on'}, {flood_s:.1f} s flood")
     print(f"connections: {got.get('turned_away', 0):,} refused over the cap, {got.get('evicted', 0):,} closed after a bad frame")
     print(f"watcher read {got['frames']:,} valid frames, turned away {got['rejected']:,}, shed {got['shed']:,}; "

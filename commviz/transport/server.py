@@ -26,6 +26,7 @@ from typing import Callable
 import zmq
 
 from commviz.events import MAX_WIRE_FRAME, Batch, FrameError, decode_batch
+from commviz.transport import reader
 from commviz.transport import token as tokens
 from commviz.transport.conns import Connections
 from commviz.transport.credit import ack_frame
@@ -37,10 +38,13 @@ MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 # Frames zmq queues per connection. The reader drains far faster than a rank sends
 # (~50 frames/s); a rank whose frames are not taken keeps them in its own backlog.
 # (1 would do for ranks, but zmq 4.3 then delivers nothing on a PLAIN connection.)
-RCVHWM = 2
+# zmq tells its io thread to read on each time half the queue was taken: with 2
+# that is a command, often a syscall, on the reader's thread per frame, with 4 one
+# per 2 frames (bench/flood.py: ~30% more bad frames turned away per CPU-second).
+RCVHWM = 4
 # Connections open at once. What zmq holds for the wire is at most about this many
 # times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
-# queued): 128 × 4 × 128 KiB = 64 MiB, whatever peers do. A node's ranks are one
+# queued): 128 × 6 × 128 KiB = 96 MiB, whatever peers do. A node's ranks are one
 # connection each; many nodes go through relays, one connection per node (128 nodes
 # of 8 GPUs: 1,024 ranks).
 MAX_CONNECTIONS = 128
@@ -51,7 +55,7 @@ FLOOD_FRAMES_PER_S = 2000
 MAX_PEERS = 16384
 PEER_IDLE_S = 60.0
 ROUND = 4096  # frames read per turn before the clock is read again
-COPY_UP_TO = 64 * 1024  # bigger frames are read in place until they prove valid
+ROUND_BYTES = 4 * 1024 * 1024  # ...or fewer: a round of the largest frames stays small
 BATCH_HEAD = 0x93  # every valid frame is a 3-element msgpack array (schema, rank, events)
 
 
@@ -129,6 +133,7 @@ class Server:
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._bind(addr, token)
         self.conns = Connections(self._sock, max_connections, count_failed=bool(token)).start()
+        self._read = reader.reader(self._sock)
         if kind == "tcp" and rest.endswith(":0"):
             self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._stop = threading.Event()
@@ -227,46 +232,31 @@ class Server:
         self.cpu_s = time.thread_time()
 
     def _drain(self) -> bool:
-        """Read up to ROUND messages. The hot path for a bad frame is two recvs, a
-        flag, a byte compare and a count: no lock, no message unless it is described.
-        True when a frame was turned away."""
-        recv, NB = self._sock.recv, zmq.NOBLOCK
+        """Read up to ROUND messages (reader.py: in C where it was built). The hot path
+        for a bad frame is a byte compare and a count: no lock, no message unless it
+        is described. True when a frame was turned away."""
         now = time.monotonic()
         # Bad frames from a peer described less than a second ago are only counted,
         # here, inline: the common case under a flood, and no call is cheaper.
         bad, said, quiet_s = self.rejected.by_peer, self.rejected.said, self.rejected.say_every_s
         turned = False
-        for _ in range(ROUND):
-            try:
-                ident = recv(NB)
-            except zmq.Again:
-                break
-            # A ROUTER message arrives whole, so its parts are here. The payload comes
-            # as a zmq Frame only because Frame.more is far cheaper than getsockopt.
-            frame = recv(NB, copy=False)
-            if frame.more:
-                n = 2  # parts the peer sent (the identity is ours)
-                while recv(NB, copy=False).more:
-                    n += 1
-                turned = self._reject(ident, now, f"message of {n} parts, expected one frame", frame)
+        for ident, payload, extra, where in self._read(ROUND, ROUND_BYTES):
+            if extra:
+                turned = self._reject(ident, now, f"message of {1 + extra} parts, expected one frame", where)
                 continue
-            # A big frame is looked at in place: copied only if it proves valid.
-            payload = frame.bytes if len(frame) <= COPY_UP_TO else frame.buffer
             if not payload or payload[0] != BATCH_HEAD:
                 n = bad.get(ident)
                 if n is not None and now - said.get(ident, -quiet_s) < quiet_s:
                     bad[ident] = n + 1
                     turned = True
                 else:
-                    turned = self._reject(ident, now, payload, frame)
+                    turned = self._reject(ident, now, payload, where)
                 continue
             try:
                 batch = decode_batch(payload)
             except FrameError:
-                turned = self._reject(ident, now, payload, frame)
+                turned = self._reject(ident, now, payload, where)
                 continue
-            if type(payload) is memoryview:
-                payload = bytes(payload)
             turned |= not self._accept(ident, batch, payload, now)
         return turned
 
@@ -302,12 +292,12 @@ class Server:
             except zmq.ZMQError:
                 pass
 
-    def _reject(self, ident: bytes, now: float, why, frame: zmq.Frame) -> bool:
+    def _reject(self, ident: bytes, now: float, why, where: object) -> bool:
         """Count a bad frame; `why` (the frame itself, or a reason) becomes words only
         when the peer is described, and then its connection is closed too (it may come
         back: it is closed again the next time it is described)."""
         if self.rejected.add(ident, now):
-            self.conns.evict(frame.get(zmq.SRCFD))
+            self.conns.evict(reader.fd_of(where))
             n = self.rejected.by_peer.get(ident, 0)
             reason = why if isinstance(why, str) else _why_bad(why)
             self.on_error(_name(ident), f"{reason} ({n} bad frames from it so far)")
