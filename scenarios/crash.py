@@ -28,7 +28,7 @@ def main() -> int:
     t = torch.ones(args.numel, device=device)
     for i in range(args.iters):
         if rank == victim and i == args.die_at:
-            time.sleep(0.2)  # let its last events reach the watcher, as a real crash might not
+            time.sleep(0.5)  # let its last events and the others' starts reach the watcher (a loaded box flushes late), as a real crash might not
             os._exit(17)  # no cleanup, no goodbye: like a segfault or an OOM kill
         dist.all_reduce(t)
         if args.interval:
