@@ -25,7 +25,9 @@ _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _FAILED
 
 def close_fd(fd: int) -> bool:
     """Shut a connection's socket down under zmq, which then closes it and frees what
-    it held for it. True if there was a socket to shut."""
+    it held for it. True if there was a socket to shut (-1: zmq did not say which)."""
+    if fd < 0:
+        return False
     try:
         s = socket.socket(fileno=fd)
     except OSError:

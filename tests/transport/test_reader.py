@@ -76,3 +76,31 @@ def test_a_round_stops_at_its_count_or_its_bytes(pair, prefer_c):
     assert len(second) == 3
     rest = _take(read, 4)
     assert [p[0] for _, p, _, _ in first + second + rest] == list(range(10))
+
+
+def test_both_readers_agree_on_a_random_stream(tmp_path):
+    import random
+
+    rng = random.Random(7)
+    msgs = [[rng.randbytes(rng.choice((0, 1, 63, 64, 3000))) for _ in range(rng.randint(1, 4))]
+            for _ in range(500)]
+    ctx = zmq.Context()
+    got = {}
+    try:
+        for prefer_c in (True, False):
+            router = ctx.socket(zmq.ROUTER)
+            router.setsockopt(zmq.LINGER, 0)
+            addr = f"ipc://{tmp_path}/{prefer_c}.sock"
+            router.bind(addr)
+            dealer = ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.IDENTITY, b"p")
+            dealer.connect(addr)
+            for m in msgs:
+                dealer.send_multipart(m)
+            got[prefer_c] = [(i, p, x) for i, p, x, _ in _take(reader.reader(router, prefer_c), len(msgs), n=37)]
+            dealer.close(0)
+            router.close(0)
+    finally:
+        ctx.term()
+    assert got[True] == got[False] == [(b"p", m[0], len(m) - 1) for m in msgs]
