@@ -57,6 +57,8 @@ def producer(addr: str, ranks: list[int], world: int, seconds: float, rate: floa
             else:
                 dropped += len(evs)
         seq += STEPS_PER_FRAME
+        for c in clients:  # take the acks, or the window's list grows a tag per frame
+            c.poll()  # (its room is not waited for: these producers model zmq flat out)
         if per_s:
             ahead = (sent + dropped) / per_s - (time.monotonic() - t0)
             if ahead > 0:
