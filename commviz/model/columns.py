@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 from itertools import islice, repeat
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
@@ -277,7 +277,46 @@ class _Plan:
 
 
 def _plan(model: Model, c: Chunk):
-    n = len(c)
+    """The fast instances of `c` and what they do; None where the batch is better
+    taken one event at a time, "split" where its halves may each go fast."""
+    x = _columns(c)
+    if x is None:
+        return None
+    sigs = _signatures(model, c.sigs)
+    r = _rank_floors(model, x)
+    m = _match_ends(x, sigs, r)
+    inst = _instances(x, sigs)
+    if inst is None:
+        return None
+    if _would_sweep(model, x, sigs, r, m):
+        return "split" if len(c) >= 2 * MIN_BATCH else None
+    ok = _fast_mask(model, x, sigs, inst, m.start_ok)
+    if not ok.any():
+        return None
+    return _build_plan(c, x, sigs, r, m, inst, ok)
+
+
+class _Cols(NamedTuple):
+    """The starts' and ends' columns of a batch: `sp`, `ep` their positions in it."""
+    sp: np.ndarray
+    ep: np.ndarray
+    s_id: np.ndarray
+    s_t: np.ndarray
+    s_seq: np.ndarray
+    s_sig: np.ndarray
+    s_bytes: np.ndarray
+    s_rank: np.ndarray
+    e_id: np.ndarray
+    e_t: np.ndarray
+    e_err: np.ndarray
+    e_bytes: np.ndarray
+    e_dev: np.ndarray
+    e_rank: np.ndarray
+
+
+def _columns(c: Chunk) -> _Cols | None:
+    """None where there is nothing to pair (no start or no end), or where a rank, op id
+    or seq would not fit the int64 keys the later phases pack them into."""
     sp = np.flatnonzero(c.kind == START)
     ep = np.flatnonzero(c.kind == END)
     if not len(sp) or not len(ep):
@@ -291,14 +330,29 @@ def _plan(model: Model, c: Chunk):
     e_err = np.array([bool(k[0]) or bool(k[3]) for k in c.tails], bool)[e_tail]
     e_bytes = np.array([k[1] for k in c.tails], np.int64)[e_tail]
     e_dev = np.array([k[2] for k in c.tails], np.int64)[e_tail]
-    ends = ep
     s_rank = rk[sp]
     e_rank = rk[ep]
     if (s_id.min() < 0 or s_id.max() >= ID_MAX or rk.min() < 0 or rk.max() >= (1 << (62 - ID_BITS))
             or s_seq.max() >= ID_MAX):
         return None
+    return _Cols(sp, ep, s_id, s_t, s_seq, s_sig, s_bytes, s_rank, e_id, e_t, e_err, e_bytes, e_dev, e_rank)
 
-    # Per signature (few): its op and group, whether it can be a fast collective.
+
+class _Sigs(NamedTuple):
+    """Per signature: its group (a code into `group_names`, `members`), whether it is
+    not p2p, whether it can be a fast collective; per group code, its member count."""
+    sig_list: list
+    group_names: list
+    members: list
+    sig_group: np.ndarray
+    sig_np2p: np.ndarray
+    sig_coll: np.ndarray
+    sig_members: np.ndarray
+
+
+def _signatures(model: Model, table: list) -> _Sigs:
+    """The facts that hang on a start's signature, worked out once per signature (a
+    batch has few) rather than once per start."""
     sig_list = list(table)
     group_names = list(dict.fromkeys(k[1] for k in sig_list))
     gcode = {g: i for i, g in enumerate(group_names)}
@@ -307,9 +361,28 @@ def _plan(model: Model, c: Chunk):
     sig_np2p = np.array([not opcat.is_p2p(k[0]) for k in sig_list], bool)
     sig_coll = sig_np2p & np.array([bool(members[gcode[k[1]]]) for k in sig_list], bool)
     sig_members = np.array([len(m) if m else 0 for m in members], np.int64)
+    return _Sigs(sig_list, group_names, members, sig_group, sig_np2p, sig_coll, sig_members)
 
-    # Ranks whose op ids in the batch run on from their floor without gap or repeat:
-    # no start is a duplicate and SeenIds ends as floor + count whatever the order.
+
+class _Ranks(NamedTuple):
+    """Per rank of the batch's starts (`ur`, sorted): its start count, id floor, state,
+    clock offset and whether its starts can go fast; `skey` each start's (rank, id),
+    `s_ri` each start's index into `ur`."""
+    skey: np.ndarray
+    ur: np.ndarray
+    cnt: np.ndarray
+    floors: np.ndarray
+    gapped: np.ndarray
+    offsets: np.ndarray
+    states: list
+    rank_ok: np.ndarray
+    s_ri: np.ndarray
+
+
+def _rank_floors(model: Model, x: _Cols) -> _Ranks:
+    """Ranks whose op ids in the batch run on from their floor without gap or repeat:
+    no start is a duplicate and SeenIds ends as floor + count whatever the order."""
+    s_rank, s_id = x.s_rank, x.s_id
     skey = (s_rank << ID_BITS) | s_id
     order = np.argsort(skey, kind="stable")
     sk = skey[order]
@@ -321,6 +394,23 @@ def _plan(model: Model, c: Chunk):
     ids_sorted = s_id[order]
     lo_id = ids_sorted[first]
     hi_id = ids_sorted[first + cnt - 1]
+    floors, gapped, offsets, states = _floors(model, ur, cnt)
+    # The ids run on from the highest seen without gap or repeat: none is a duplicate
+    # and SeenIds ends the same whatever the order they are added in.
+    rank_ok = (floors > -2) & (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
+    if not distinct_ok:
+        dup = np.zeros(len(sk), bool)
+        dup[1:] = np.diff(sk) == 0
+        bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
+        rank_ok &= ~np.isin(ur, bad)
+    s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
+    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri)
+
+
+def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
+    """Per rank (`ur`, with `cnt` starts in the batch): the highest op id its new ids
+    must run on from, whether they join SeenIds' `above` set, its clock offset and its
+    state — from the rank's SeenIds, where adding them cannot trim it mid-batch."""
     floors = np.full(len(ur), -2, np.int64)  # -2: the rank cannot take the fast path
     gapped = np.zeros(len(ur), bool)  # its ids have a gap below: new ids join `above`
     offsets = np.zeros(len(ur), np.int64)
@@ -339,18 +429,23 @@ def _plan(model: Model, c: Chunk):
         elif len(seen.above) + k <= seen.MAX_ABOVE:  # no trimming inside the batch
             floors[i] = seen.top
             gapped[i] = True
-    # The ids run on from the highest seen without gap or repeat: none is a duplicate
-    # and SeenIds ends the same whatever the order they are added in.
-    rank_ok = (floors > -2) & (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
-    if not distinct_ok:
-        dup = np.zeros(len(sk), bool)
-        dup[1:] = np.diff(sk) == 0
-        bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
-        rank_ok &= ~np.isin(ur, bad)
-    s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
+    return floors, gapped, offsets, states
 
-    # Each start's end: exactly one in the batch with its (rank, id), after it, clean.
-    ekey = (e_rank << ID_BITS) | np.clip(e_id, 0, ID_MAX - 1)
+
+class _Ends(NamedTuple):
+    """`ekey` each end's (rank, id); `match` each start's end (an index into the end
+    columns, valid where `start_ok`); `start_ok` whether the start can go fast."""
+    ekey: np.ndarray
+    match: np.ndarray
+    start_ok: np.ndarray
+
+
+def _match_ends(x: _Cols, sigs: _Sigs, r: _Ranks) -> _Ends:
+    """Each start's end: exactly one in the batch with its (rank, id), after it, clean.
+    A start can go fast only with such an end, a collective signature, a seq and a
+    rank whose ids run on (`_rank_floors`)."""
+    s_id, s_sig, s_seq, e_id, skey = x.s_id, x.s_sig, x.s_seq, x.e_id, r.skey
+    ekey = (x.e_rank << ID_BITS) | np.clip(e_id, 0, ID_MAX - 1)
     e_order = np.argsort(ekey, kind="stable")
     ek = ekey[e_order]
     lo = np.searchsorted(ek, skey, "left")
@@ -358,25 +453,51 @@ def _plan(model: Model, c: Chunk):
     once = hi - lo == 1
     match = e_order[np.minimum(lo, len(ek) - 1)]  # index into ends (valid where once)
     valid_e = (e_id[match] == s_id) & (e_id[match] >= 0)
-    start_ok = (sig_coll[s_sig] & (s_seq >= 0) & rank_ok[s_ri] & once & valid_e
-                & (ep[match] > sp) & ~e_err[match])
+    start_ok = (sigs.sig_coll[s_sig] & (s_seq >= 0) & r.rank_ok[r.s_ri] & once & valid_e
+                & (x.ep[match] > x.sp) & ~x.e_err[match])
+    return _Ends(ekey, match, start_ok)
 
-    # Instances: every collective start of the batch, fast or not, by (group, seq).
-    coll = np.flatnonzero(sig_coll[s_sig] & (s_seq >= 0))
+
+class _Inst(NamedTuple):
+    """The batch's collective starts (`coll`, indices into the start columns) by
+    instance: `uk` each instance's (group, seq), `inv` each start's instance, `icnt`
+    each instance's start count."""
+    coll: np.ndarray
+    uk: np.ndarray
+    inv: np.ndarray
+    icnt: np.ndarray
+
+
+def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
+    """Instances: every collective start of the batch, fast or not, by (group, seq);
+    None where there is none."""
+    coll = np.flatnonzero(sigs.sig_coll[x.s_sig] & (x.s_seq >= 0))
     if not len(coll):
         return None
-    ikey = (sig_group[s_sig[coll]] << ID_BITS) | s_seq[coll]
+    ikey = (sigs.sig_group[x.s_sig[coll]] << ID_BITS) | x.s_seq[coll]
     uk, inv, icnt = np.unique(ikey, return_inverse=True, return_counts=True)
-    # No sweep of stale instances may run inside the batch (it would in the per-event
-    # path at some count of open instances): bound how many can be open at once.
-    entered = (sig_group[s_sig] << ID_BITS) | s_seq
-    opened = len(np.unique(entered[sig_np2p[s_sig] & (s_seq >= 0)]))
-    unmatched = len(ends) - int(np.isin(ekey, skey).sum())  # may re-open an instance
-    if len(model.pending) + opened + unmatched > model._sweep_at:
-        return "split" if n >= 2 * MIN_BATCH else None
+    return _Inst(coll, uk, inv, icnt)
+
+
+def _would_sweep(model: Model, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends) -> bool:
+    """No sweep of stale instances may run inside the batch (it would in the per-event
+    path at some count of open instances): bound how many can be open at once."""
+    s_sig, s_seq = x.s_sig, x.s_seq
+    entered = (sigs.sig_group[s_sig] << ID_BITS) | s_seq
+    opened = len(np.unique(entered[sigs.sig_np2p[s_sig] & (s_seq >= 0)]))
+    unmatched = len(x.ep) - int(np.isin(m.ekey, r.skey).sum())  # may re-open an instance
+    return len(model.pending) + opened + unmatched > model._sweep_at
+
+
+def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> np.ndarray:
+    """Per instance, whether it goes fast: only one whose whole life lies cleanly in the
+    batch (each member's start exactly once, each able to go fast, one signature) and
+    that the model does not already hold open changes the model by sums alone."""
+    coll, uk, inv, icnt = inst
+    s_sig, s_rank, sig_group, members = x.s_sig, x.s_rank, sigs.sig_group, sigs.members
     ni = len(uk)
     i_group = uk >> ID_BITS
-    ok = icnt == sig_members[i_group]
+    ok = icnt == sigs.sig_members[i_group]
     ok &= np.bincount(inv, weights=~start_ok[coll], minlength=ni) == 0
     sig_c = s_sig[coll]
     smin = np.full(ni, np.iinfo(np.int64).max)
@@ -399,35 +520,49 @@ def _plan(model: Model, c: Chunk):
     i_seq = uk & (ID_MAX - 1)
     if model.pending:
         for i in np.flatnonzero(ok).tolist():
-            if (group_names[i_group[i]], int(i_seq[i])) in model.pending:
+            if (sigs.group_names[i_group[i]], int(i_seq[i])) in model.pending:
                 ok[i] = False
-    if not ok.any():
-        return None
+    return ok
 
+
+def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray) -> _Plan:
+    """The `_Plan` of the fast instances (`ok`): per fast start and its end, in the
+    order of the start columns; then per fast instance (`_plan_instances`)."""
+    sp, ep, s_t, e_t, s_seq, s_sig = x.sp, x.ep, x.s_t, x.e_t, x.s_seq, x.s_sig
+    coll, inv = inst.coll, inst.inv
+    offsets = r.offsets
     fs = coll[ok[inv]]  # fast starts (indices into the start columns)
     finv = np.searchsorted(np.flatnonzero(ok), inv[ok[inv]])  # their fast instance, 0..nf-1
-    fe = match[fs]  # their ends (indices into the end columns)
+    fe = m.match[fs]  # their ends (indices into the end columns)
     p = _Plan()
-    p.fast = np.zeros(n, bool)
+    p.fast = np.zeros(len(c), bool)
     p.fast[sp[fs]] = True
     p.fast[ep[fe]] = True
-    p.ur, p.rank_ok, p.floors, p.cnt, p.states, p.offsets = ur, rank_ok, floors, cnt, states, offsets
-    p.gapped = gapped
-    ri = s_ri[fs]
+    p.ur, p.rank_ok, p.floors, p.cnt, p.states, p.offsets = r.ur, r.rank_ok, r.floors, r.cnt, r.states, offsets
+    p.gapped = r.gapped
+    ri = r.s_ri[fs]
     p.ri = ri
     p.s_pos, p.e_pos = sp[fs], ep[fe]
     p.s_t, p.e_t = s_t[fs], e_t[fe]
-    nb = np.where(e_bytes[fe] >= 0, e_bytes[fe], s_bytes[fs])
+    nb = np.where(x.e_bytes[fe] >= 0, x.e_bytes[fe], x.s_bytes[fs])
     p.nbytes = nb
     p.seq = s_seq[fs]
     p.sig = s_sig[fs]
-    p.sig_list = sig_list
-    p.members = members
-    p.sig_group = sig_group
+    p.sig_list = sigs.sig_list
+    p.members = sigs.members
+    p.sig_group = sigs.sig_group
     p.s_wall = s_t[fs] + offsets[ri]
     p.e_wall = e_t[fe] + offsets[ri]
-    dur = rank_durations(s_t[fs], e_t[fe], e_dev[fe])
-    nf = int(ok.sum())
+    dur = rank_durations(s_t[fs], e_t[fe], x.e_dev[fe])
+    _plan_instances(p, int(ok.sum()), finv, nb, dur, x.s_rank, fs)
+    p.chunk, p.sp, p.fs = c, sp, fs
+    return p
+
+
+def _plan_instances(p: _Plan, nf: int, finv: np.ndarray, nb: np.ndarray, dur: np.ndarray,
+                    s_rank: np.ndarray, fs: np.ndarray) -> None:
+    """The per-instance fields of `p` (its `nf` fast instances; `finv` each fast
+    start's): what its completion adds to the statistics and the straggler test."""
     p.nf = nf
     p.finv = finv
     # Per fast instance: where it completes (its last member leaves), bytes, time.
@@ -450,8 +585,6 @@ def _plan(model: Model, c: Chunk):
     has_prev = np.r_[False, finv[o3][1:] == finv[o3][:-1]][last_at]
     p.t_prev = np.where(has_prev, p.s_wall[o3][np.maximum(prev_at, 0)], 0)
     p.has_prev = has_prev
-    p.chunk, p.sp, p.fs = c, sp, fs
-    return p
 
 
 def _apply(model: Model, c: Chunk, p: _Plan) -> None:
