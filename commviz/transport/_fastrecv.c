@@ -77,12 +77,27 @@ static int recv_part(void *sock, zmq_msg_t *m) {
     }
 }
 
+/* Take and drop the rest of a message whose part in m had `more` set, so that the
+ * next read starts at a message's first part (its identity) whatever went wrong. */
+static void drain_rest(void *sock, zmq_msg_t *m, int more) {
+    while (more) {
+        if (recv_part(sock, m))
+            return;
+        more = z_more(m);
+        z_close(m);
+    }
+}
+
 /* read(handle, n, max_bytes) -> (list of (identity, payload, extra_parts, fd), errno)
  *
- * Up to n ROUTER messages, stopping once max_bytes of payload are in hand. payload is the first part after the identity; extra_parts
- * counts the parts after it, read and dropped (a peer of ours sends exactly one);
- * fd is the connection the payload came on (ZMQ_SRCFD), for closing it. errno is 0
- * after n messages, EAGAIN when the queue ran dry, else the error that stopped it. */
+ * Up to n ROUTER messages, stopping once max_bytes (of every part) are in hand.
+ * payload is the first part after the identity; extra_parts counts the parts after
+ * it, read and dropped (a peer of ours sends exactly one); fd is the connection the
+ * payload came on (ZMQ_SRCFD), for closing it. errno is 0 after n messages or
+ * max_bytes, EAGAIN when the queue ran dry, else the error that stopped it. A
+ * message is always taken whole, even when making its objects fails (MemoryError,
+ * raised after the message is drained: its parts must not be read as the next
+ * message's identity). */
 static PyObject *read_messages(PyObject *self, PyObject *args) {
     unsigned long long handle;
     Py_ssize_t n, max_bytes, size = 0;
@@ -98,24 +113,23 @@ static PyObject *read_messages(PyObject *self, PyObject *args) {
         return NULL;
     int err = 0;
     zmq_msg_t m;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < n && size < max_bytes; i++) {
         if ((err = recv_part(sock, &m)))
             break;
         int more = z_more(&m);
+        size += (Py_ssize_t)z_size(&m);
         PyObject *ident = PyBytes_FromStringAndSize(z_data(&m), (Py_ssize_t)z_size(&m));
         z_close(&m);
-        if (!ident)
+        if (!ident) {
+            drain_rest(sock, &m, more);
             goto fail;
-        PyObject *payload;
+        }
+        PyObject *payload = NULL;
         int fd = -1;
         long extra = 0;
         if (!more) { /* not from a ROUTER peer: nothing after the identity */
             payload = PyBytes_FromStringAndSize(NULL, 0);
-        } else {
-            if ((err = recv_part(sock, &m))) { /* a message arrives whole: cannot happen */
-                Py_DECREF(ident);
-                break;
-            }
+        } else if (!(err = recv_part(sock, &m))) {
             more = z_more(&m);
             fd = z_get(&m, ZMQ_SRCFD);
             size += (Py_ssize_t)z_size(&m);
@@ -123,24 +137,27 @@ static PyObject *read_messages(PyObject *self, PyObject *args) {
             z_close(&m);
             while (more) {
                 if ((err = recv_part(sock, &m)))
-                    break;
+                    break; /* a message arrives whole: only a closed context gets here */
                 more = z_more(&m);
+                size += (Py_ssize_t)z_size(&m);
                 z_close(&m);
                 extra++;
             }
+        } else { /* the same: only a closed context fails inside a message */
+            Py_DECREF(ident);
+            break;
         }
         if (!payload) {
             Py_DECREF(ident);
             goto fail;
         }
-        PyObject *t = Py_BuildValue("(NNli)", ident, payload, extra, fd);
-        if (!t)
+        PyObject *t = Py_BuildValue("(NNli)", ident, payload, extra, fd); /* N: released on failure too */
+        if (!t || PyList_Append(out, t) < 0) {
+            Py_XDECREF(t);
             goto fail;
-        int rc = PyList_Append(out, t);
+        }
         Py_DECREF(t);
-        if (rc < 0)
-            goto fail;
-        if (err || size >= max_bytes)
+        if (err)
             break;
     }
     return Py_BuildValue("(Ni)", out, err);

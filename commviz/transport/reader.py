@@ -4,7 +4,8 @@
 Under a flood this is the reader's whole cost, and pyzmq's price per message (a Frame
 object, or a getsockopt to learn whether more parts follow) is four times what
 libzmq itself needs. So the loop is in C (`_fastrecv.c`, built when the package is
-installed) on the same socket and the same libzmq pyzmq loaded; where it could not be
+installed) on the same socket and the same libzmq pyzmq loaded (found through
+pyzmq's extension, and its version checked); where it could not be
 built, the same tuples come from pyzmq, slower. `where` names the connection the
 payload came on, for closing it: an fd from C, a zmq.Frame from pyzmq (whose fd is
 asked for only then: `fd_of`)."""
@@ -30,31 +31,31 @@ _FUNCS = ("zmq_msg_init", "zmq_msg_recv", "zmq_msg_close", "zmq_msg_data",
 _bound: bool | None = None  # None: not tried yet
 
 
-def _loaded_libzmq() -> str | None:
-    """The libzmq pyzmq loaded (bundled in its wheel, or the system's): the C loop
-    must call into that very copy, since a socket is that copy's object."""
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.rstrip().split(maxsplit=5)[-1]
-                if "/libzmq" in path and ".so" in path:
-                    return path
-    except OSError:
-        pass
-    return None
+def _pyzmqs_libzmq():
+    """pyzmq's own libzmq, looked up through its extension module: the C loop must
+    call into that very copy, since a socket is that copy's object (another copy
+    loaded beside it, by name, could be any version)."""
+    from zmq.backend.cython import _zmq
+
+    lib = ctypes.CDLL(_zmq.__file__)  # already loaded: symbols resolve as its own do
+    major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    lib.zmq_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))
+    if (major.value, minor.value, patch.value) != zmq.zmq_version_info():
+        return None
+    return lib
 
 
 def _bind() -> bool:
     global _bound
     if _bound is None:
         _bound = False
-        path = _loaded_libzmq() if _fastrecv is not None else None
-        if path:
+        if _fastrecv is not None:
             try:
-                lib = ctypes.CDLL(path)
-                _fastrecv.bind_zmq(*(ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in _FUNCS))
-                _bound = True
-            except (OSError, AttributeError, ValueError, TypeError):
+                lib = _pyzmqs_libzmq()
+                if lib is not None:
+                    _fastrecv.bind_zmq(*(ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in _FUNCS))
+                    _bound = True
+            except (ImportError, OSError, AttributeError, ValueError, TypeError):
                 pass
     return _bound
 
@@ -65,8 +66,8 @@ def fast() -> bool:
 
 
 def reader(sock: zmq.Socket, prefer_c: bool = True) -> Read:
-    """read(n, max_bytes): up to n messages, stopping once max_bytes of payload are
-    in hand, so that a round of the largest frames stays small; [] when none wait.
+    """read(n, max_bytes): up to n messages, stopping once max_bytes (of every part)
+    are in hand, so that a round of the largest frames stays small; [] when none wait.
     A zmq error other than 'nothing waiting' is raised as zmq.ZMQError."""
     if prefer_c and _bind():
         handle, c_read = sock.underlying, _fastrecv.read
@@ -78,7 +79,7 @@ def reader(sock: zmq.Socket, prefer_c: bool = True) -> Read:
             if err and err != errno.EAGAIN:
                 if got:
                     return got  # the error comes back on the next call
-                raise zmq.ZMQError(err)
+                raise zmq.ContextTerminated() if err == zmq.ETERM else zmq.ZMQError(err)
             return got
 
         return read
@@ -99,12 +100,11 @@ def _python_reader(sock: zmq.Socket) -> Read:
             # as a Frame only because Frame.more is far cheaper than getsockopt.
             frame = recv(NB, copy=False)
             extra, more = 0, frame.more
+            size += len(ident) + len(frame)
             while more:
-                more = recv(NB, copy=False).more
-                extra += 1
-            payload = frame.bytes
-            out.append((ident, payload, extra, frame))
-            size += len(payload)
+                part = recv(NB, copy=False)
+                more, size, extra = part.more, size + len(part), extra + 1
+            out.append((ident, frame.bytes, extra, frame))
             if size >= max_bytes:
                 break
         return out

@@ -44,7 +44,8 @@ MAX_FRAME = MAX_WIRE_FRAME  # peers sending more are disconnected by zmq, unread
 RCVHWM = 4
 # Connections open at once. What zmq holds for the wire is at most about this many
 # times (RCVHWM + 2) frames (the queue, the frame being read, one waiting to be
-# queued): 128 × 6 × 128 KiB = 96 MiB, whatever peers do. A node's ranks are one
+# queued): 128 × 6 × 128 KiB = 96 MiB, whatever peers do with frames of one part
+# (zmq does not limit a message's parts: docs/PROMISES.md, Known gaps). A node's ranks are one
 # connection each; many nodes go through relays, one connection per node (128 nodes
 # of 8 GPUs: 1,024 ranks).
 MAX_CONNECTIONS = 128
@@ -350,11 +351,13 @@ class Server:
         self._stop.set()
         if self.thread.is_alive():
             self.thread.join(2)
+        reading = self.thread.is_alive()  # stuck in a callback: its socket stays open
         self._inbox.close()
         self._gate.close()
         self.conns.close()
-        self._sock.close()
-        self._ctx.term()
+        if not reading:  # closing a socket another thread reads frees what it reads
+            self._sock.close()
+            self._ctx.term()
         if not self._inbox.thread.is_alive():  # else it may still wake us: leave the pipe
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)

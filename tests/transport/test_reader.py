@@ -104,3 +104,54 @@ def test_both_readers_agree_on_a_random_stream(tmp_path):
     finally:
         ctx.term()
     assert got[True] == got[False] == [(b"p", m[0], len(m) - 1) for m in msgs]
+
+
+@pytest.mark.parametrize("prefer_c", [True, False], ids=["c", "pyzmq"])
+def test_every_part_counts_towards_a_rounds_bytes(pair, prefer_c):
+    """A peer's extra parts are dropped, but they were in memory: a round of
+    many-part messages stops at the byte budget too."""
+    router, dealer = pair
+    for _ in range(3):
+        dealer.send_multipart([b"a" * 1000, b"b" * 1000, b"c" * 1000])
+    read = reader.reader(router, prefer_c)
+    first = _take(read, 1, max_bytes=2500)
+    assert [(p[:1], x) for _, p, x, _ in first] == [(b"a", 2)]
+    assert len(_take(read, 2)) == 2
+
+
+def test_a_failed_allocation_never_shifts_identities(tmp_path):
+    """If making a message's objects fails, its other parts are taken too: a peer's
+    bytes must never be read as the next message's identity."""
+    _testcapi = pytest.importorskip("_testcapi")
+    if not reader.fast():
+        pytest.skip("the C reader is not built")
+    for k in range(8):  # fail the k-th allocation of the call
+        ctx = zmq.Context()
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        router.bind(f"ipc://{tmp_path}/m{k}.sock")
+        dealer = ctx.socket(zmq.DEALER)
+        dealer.setsockopt(zmq.LINGER, 0)
+        dealer.setsockopt(zmq.IDENTITY, b"peer")
+        dealer.connect(f"ipc://{tmp_path}/m{k}.sock")
+        dealer.send_multipart([b"PAYLOAD", b"x1", b"x2"])
+        dealer.send(b"\x93next")
+        deadline = time.monotonic() + 10
+        while router.poll(10) == 0 and time.monotonic() < deadline:
+            pass
+        time.sleep(0.1)
+        read = reader.reader(router)
+        got = []
+        _testcapi.set_nomemory(k)
+        try:
+            got += read(10, 1 << 30)
+        except MemoryError:
+            pass
+        finally:
+            _testcapi.remove_mem_hooks()
+        got += read(10, 1 << 30)
+        assert {i for i, _, _, _ in got} <= {b"peer"}, (k, got)
+        assert [p for _, p, _, _ in got] in ([b"PAYLOAD", b"\x93next"], [b"\x93next"], []), (k, got)
+        dealer.close(0)
+        router.close(0)
+        ctx.term()
