@@ -1,12 +1,12 @@
 """`commviz export FILE --perfetto OUT`: a trace as Chrome trace JSON for Perfetto.
 `commviz export FILE --parquet DIR`: one row per op, a Parquet file per rank, for
-DuckDB / Polars / Spark (streams: any length of trace in bounded memory)."""
+DuckDB / Polars / Spark. Both stream: any length of trace in bounded memory."""
 
 from __future__ import annotations
 
-import json
+import sys
 
-from commviz.commands._trace import add_path_arguments, load_trace, open_stream
+from commviz.commands._trace import add_path_arguments, open_stream
 from commviz.commands.base import Command
 from commviz.errors import CommvizError
 
@@ -21,17 +21,20 @@ def add_arguments(p) -> None:
 def run(args, cmd: list[str]) -> int:
     if args.parquet:
         return parquet(args.path, args.parquet, args.rank_map)
-    from commviz.model import Model
-    from commviz.trace.perfetto import to_chrome_trace
+    return perfetto(args.path, args.perfetto, args.rank_map)
 
-    loaded = load_trace(args.path, rank_map=args.rank_map)
-    model = Model(keep_ops=True)  # every paired op, for the export
-    model.ingest_trace(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot)
-    doc = to_chrome_trace(model)
-    with open(args.perfetto, "w") as f:
-        json.dump(doc, f)
-    n = sum(1 for e in doc["traceEvents"] if e["ph"] == "X")
-    print(f"{n} ops written to {args.perfetto}: open it in https://ui.perfetto.dev or chrome://tracing")
+
+def perfetto(path: str, out: str, rank_map: list[str] | None = None) -> int:
+    """Streams: the model keeps no op, each is written as it ends
+    (`trace.perfetto.export_stream`)."""
+    from commviz.trace.perfetto import export_stream
+
+    stream = open_stream(path, rank_map=rank_map)  # notes on what the first pass found
+    seen = len(stream.problems)
+    w = export_stream(stream, out)
+    for p in dict.fromkeys(stream.problems[seen:]):  # frames that did not decode (once, if read twice)
+        print(f"commviz: note: {p}", file=sys.stderr)
+    print(f"{w.ops} ops written to {out}: open it in https://ui.perfetto.dev or chrome://tracing")
     return 0
 
 

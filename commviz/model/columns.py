@@ -17,6 +17,11 @@ windows, each rank's window of recent ops and last op, flows) are applied in
 position order across both kinds: the slow path's are deferred while the batch runs
 (`Deferred`), the fast instances' completions are interleaved with the slow events.
 
+A model with an `on_op` hook (the streaming Perfetto export) is handed each fast op
+at its end's place among the slow events, so the hook sees every op once, in the
+order the per-event path would hand them on (a `keep_ops` model goes one event at a
+time).
+
 The invariants that make this exact are checked, not assumed; a batch that breaks
 one (an audit inside it, too many instances open for the stale-instance sweep to
 stay idle) is ingested one event at a time, or in halves.
@@ -595,6 +600,10 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     order = np.argsort(p.done_pos, kind="stable")
     done = p.done_pos[order].tolist()
     slow = np.flatnonzero(~p.fast).tolist()
+    # `Model.on_op`: each fast op handed on at its end's place among the slow events,
+    # as the per-event path would
+    ended = _fast_ends(c, p) if model.on_op is not None else []
+    on_op, k, ne = model.on_op, 0, len(ended)
     d = Deferred()
     model._deferred = d
     try:
@@ -604,17 +613,34 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             while j < nf and done[j] < pos:
                 _complete(model, p, int(order[j]), stats, shed, OpStats)
                 j += 1
+            while k < ne and ended[k][0] < pos:
+                on_op(*ended[k][1:])
+                k += 1
             d.pos = pos
             ingest(int(ranks[pos]), store[at[pos]])
         while j < nf:
             _complete(model, p, int(order[j]), stats, shed, OpStats)
             j += 1
+        while k < ne:
+            on_op(*ended[k][1:])
+            k += 1
     finally:
         model._deferred = None
     _sums(model, p)
     _windows(model, p, d)
     if model.flows and not shed:
         _traffic(model, p, d)
+
+
+def _fast_ends(c: Chunk, p: _Plan) -> list[tuple]:
+    """The fast ops in the order of their ends: (end position, rank, OpStart, start
+    wall ns, OpEnd, end wall ns), what `Model.on_op` is handed."""
+    o = np.argsort(p.e_pos, kind="stable")
+    store, at = c.store, c.at
+    starts = [store[i] for i in at[p.s_pos[o]].tolist()]
+    ends = [store[i] for i in at[p.e_pos[o]].tolist()]
+    return list(zip(p.e_pos[o].tolist(), p.ur[p.ri[o]].tolist(), starts, p.s_wall[o].tolist(), ends,
+                    p.e_wall[o].tolist()))
 
 
 def _complete(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:

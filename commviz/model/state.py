@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import gc
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from commviz import ops as opcat
@@ -61,7 +61,8 @@ __all__ = ["InFlight", "Instance", "Model", "RankState", "RankStatus"]
 @dataclass(frozen=True)
 class PairedOp:
     """One op of one rank, start and end paired (end None: it never ended), on the
-    wall clock. Kept only by a model made with `keep_ops=True` (export)."""
+    wall clock. Kept only by a model made with `keep_ops=True` (the in-memory export);
+    a streaming exporter takes the same fields from `Model(on_op=...)` instead."""
 
     rank: int
     start: OpStart
@@ -147,12 +148,22 @@ class Model:
     the diagnoses (its `hang_after_s` wins over the argument). `keep_ops` keeps every
     paired op and every mark (`paired_ops`, `marks`) for an exporter; live watching
     leaves it off so memory stays bounded. `flows=False` skips the per-edge traffic
-    (`traffic` stays empty) for readers that never show it (`summary`, exports)."""
+    (`traffic` stays empty) for readers that never show it (`summary`, exports).
+
+    `on_op(rank, start, t0, end, t1)` is called as each op ends (where `keep_ops`
+    would keep it: t0, t1 on the wall clock), and `on_mark(t, rank, text)` for each
+    mark, in the order of the events, on the per-event and the batch path alike: a
+    streaming exporter writes them out and the model keeps nothing more than without
+    them. Ops still in flight at the end are the caller's to read (`ranks[r].inflight`)."""
 
     def __init__(self, hang_after_s: float = 10.0, thresholds: Thresholds | None = None,
-                 keep_ops: bool = False, flows: bool = True) -> None:
+                 keep_ops: bool = False, flows: bool = True,
+                 on_op: Callable[[int, OpStart, int, OpEnd, int], None] | None = None,
+                 on_mark: Callable[[int, int, str], None] | None = None) -> None:
         self.thresholds = thresholds if thresholds is not None else Thresholds(hang_after_s=hang_after_s)
         self.keep_ops = keep_ops
+        self.on_op = on_op
+        self.on_mark = on_mark
         self.flows = flows
         # Set by a watcher that has fallen behind (model/overload.py): per-event detail
         # is shed, counts and bytes stay exact.
@@ -258,6 +269,8 @@ class Model:
             r.sample.update(ev.values)
         elif isinstance(ev, Mark):
             self.marks.append((ev.t + r.offset_ns, rank, ev.text))
+            if self.on_mark is not None:
+                self.on_mark(ev.t + r.offset_ns, rank, ev.text)
             if not self.keep_ops:
                 del self.marks[:-RECENT_MARKS]
         elif isinstance(ev, Stopped):
@@ -292,9 +305,10 @@ class Model:
         columns.ingest_chunk(self, chunk)
 
     def ingest_chunks(self, chunks: Iterable[columns.Chunk], cut_off: bool = False,
-                      snapshot: bool = False) -> None:
+                      snapshot: bool = False, after_chunk: Callable[[], None] | None = None) -> None:
         """`ingest_ordered` for a trace handed on as `columns.Chunk`s in the one order
-        (`clock.order_stream_chunks`), then `end_of_trace`."""
+        (`clock.order_stream_chunks`), then `end_of_trace`. `after_chunk` is called
+        after each chunk (a streaming exporter writes out what it was handed)."""
         # Decoding and merging allocate millions of short-lived, acyclic objects: the
         # cyclic collector would walk everything alive again and again for nothing.
         was = gc.isenabled()
@@ -302,6 +316,8 @@ class Model:
         try:
             for chunk in chunks:
                 columns.ingest_chunk(self, chunk)
+                if after_chunk is not None:
+                    after_chunk()
         finally:
             if was:
                 gc.enable()
@@ -408,6 +424,8 @@ class Model:
             deferred.end(r.rank, s, e.t, end_wall)
         if self.keep_ops:
             self.done_ops.append(PairedOp(r.rank, s, fl.t_wall, e, end_wall))
+        if self.on_op is not None:
+            self.on_op(r.rank, s, fl.t_wall, e, end_wall)
         g = self.groups.get(s.group)
         members = g.ranks if g is not None else None
         p2p = _is_p2p(s.op)
