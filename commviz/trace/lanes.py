@@ -13,13 +13,19 @@ def assign_lanes(spans: list[tuple[int, int]]) -> list[int]:
     lanes: list[int] = [0] * len(spans)
     free_at: list[int] = []  # per lane: when its last span ends
     for i in sorted(range(len(spans)), key=lambda k: spans[k]):
-        start, end = spans[i]
-        for lane, t in enumerate(free_at):
-            if t <= start:
-                break
-        else:
-            lane = len(free_at)
-            free_at.append(0)
-        free_at[lane] = max(start, end)
-        lanes[i] = lane
+        lanes[i] = take_lane(free_at, *spans[i])
     return lanes
+
+
+def take_lane(free_at: list[int], start: int, end: int) -> int:
+    """The first lane free by `start` (a new one if none is), now taken until `end`;
+    `free_at` holds when each lane's last span ends. Spans must come in start order:
+    the streaming exporter carries `free_at` per track from one flush to the next."""
+    for lane, t in enumerate(free_at):
+        if t <= start:
+            break
+    else:
+        lane = len(free_at)
+        free_at.append(0)
+    free_at[lane] = max(start, end)
+    return lane

@@ -34,7 +34,7 @@ import json
 from typing import TextIO
 
 from commviz.model.state import Model, PairedOp
-from commviz.trace.lanes import assign_lanes
+from commviz.trace.lanes import assign_lanes, take_lane
 
 # Ops the streaming writer holds back at most, over all tracks, waiting for an op of
 # their track that started before them and is still in flight (to give lanes in the
@@ -323,15 +323,7 @@ class ChromeTraceWriter:
         """`assign_lanes` over the track's ops, carried on from its earlier ones."""
         free_at = self._free.setdefault(key, [])
         for op in ops:
-            start, end = op[2], op[3]
-            for lane, t in enumerate(free_at):
-                if t <= start:
-                    break
-            else:
-                lane = len(free_at)
-                free_at.append(0)
-            free_at[lane] = max(start, end)
-            out.append((key[0], start, lane, op))
+            out.append((key[0], op[2], take_lane(free_at, op[2], op[3]), op))
 
     def _write(self, events: list[dict]) -> None:
         self._buf += events

@@ -11,17 +11,21 @@ import zmq
 from commviz.transport import reader
 
 
-@pytest.fixture
-def pair(tmp_path):
-    ctx = zmq.Context()
+def _connect(ctx, addr: str, identity: bytes):
     router = ctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
-    addr = f"ipc://{tmp_path}/r.sock"
     router.bind(addr)
     dealer = ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.LINGER, 0)
-    dealer.setsockopt(zmq.IDENTITY, b"rank3-pid9")
+    dealer.setsockopt(zmq.IDENTITY, identity)
     dealer.connect(addr)
+    return router, dealer
+
+
+@pytest.fixture
+def pair(tmp_path):
+    ctx = zmq.Context()
+    router, dealer = _connect(ctx, f"ipc://{tmp_path}/r.sock", b"rank3-pid9")
     yield router, dealer
     dealer.close(0)
     router.close(0)
@@ -88,14 +92,7 @@ def test_both_readers_agree_on_a_random_stream(tmp_path):
     got = {}
     try:
         for prefer_c in (True, False):
-            router = ctx.socket(zmq.ROUTER)
-            router.setsockopt(zmq.LINGER, 0)
-            addr = f"ipc://{tmp_path}/{prefer_c}.sock"
-            router.bind(addr)
-            dealer = ctx.socket(zmq.DEALER)
-            dealer.setsockopt(zmq.LINGER, 0)
-            dealer.setsockopt(zmq.IDENTITY, b"p")
-            dealer.connect(addr)
+            router, dealer = _connect(ctx, f"ipc://{tmp_path}/{prefer_c}.sock", b"p")
             for m in msgs:
                 dealer.send_multipart(m)
             got[prefer_c] = [(i, p, x) for i, p, x, _ in _take(reader.reader(router, prefer_c), len(msgs), n=37)]
@@ -127,13 +124,7 @@ def test_a_failed_allocation_never_shifts_identities(tmp_path):
         pytest.skip("the C reader is not built")
     for k in range(8):  # fail the k-th allocation of the call
         ctx = zmq.Context()
-        router = ctx.socket(zmq.ROUTER)
-        router.setsockopt(zmq.LINGER, 0)
-        router.bind(f"ipc://{tmp_path}/m{k}.sock")
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.setsockopt(zmq.IDENTITY, b"peer")
-        dealer.connect(f"ipc://{tmp_path}/m{k}.sock")
+        router, dealer = _connect(ctx, f"ipc://{tmp_path}/m{k}.sock", b"peer")
         dealer.send_multipart([b"PAYLOAD", b"x1", b"x2"])
         dealer.send(b"\x93next")
         deadline = time.monotonic() + 10
