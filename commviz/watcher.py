@@ -304,6 +304,8 @@ class LiveFeed:
             bits.append(self.overload.words())  # as of the newest batch: an idle job is not lag
         if srv.bad_frames:
             bits.append(f"{srv.bad_frames} bad frames")
+            if not srv.reads_in_c:  # when it matters: frames are being turned away
+                bits.append("read through pyzmq, a third as fast: reinstall commviz where a C compiler is")
         if srv.shed_frames:
             worst = ", ".join(f"{p} {n}" for p, n in srv.shed.top(2))
             bits.append(f"{srv.shed_frames} frames shed ({worst})")

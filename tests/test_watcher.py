@@ -48,6 +48,27 @@ def test_every_bad_frame_is_counted_though_described_once(tmp_path):
         feed.close()
 
 
+def test_the_status_line_says_when_bad_frames_are_read_the_slow_way(tmp_path):
+    d = tmp_path / "commviz-t"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock").start()
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    try:
+        assert feed.server.reads_in_c  # as CI builds it: no hint
+        raw.connect(feed.addr)
+        raw.send(b"\xc1 garbage")
+        assert wait_for(lambda: feed.server.bad_frames == 1)
+        assert "pyzmq" not in feed.status()
+        feed.server.reads_in_c = False  # an install that could not build the C reader
+        assert "read through pyzmq, a third as fast: reinstall commviz where a C compiler is" in feed.status()
+    finally:
+        raw.close(0)
+        ctx.term()
+        feed.close()
+
+
 def test_shed_frames_are_shown_by_peer(tmp_path):
     d = tmp_path / "commviz-t"
     d.mkdir(mode=0o700)
