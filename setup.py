@@ -1,7 +1,12 @@
-"""The one compiled part: the watcher's reader loop (commviz/transport/_fastrecv.c).
-It needs only the Python headers; where it cannot be built, the install goes on and
-pyzmq does the reading, slower (commviz/transport/reader.py)."""
+"""The compiled parts, each optional and needing only the Python headers: the
+watcher's reader loop (commviz/transport/_fastrecv.c; without it pyzmq does the
+reading, slower: commviz/transport/reader.py) and the probe's per-op wrapper for
+the common case (commviz/probe/_fastwrap.c; without it the Python wrapper in
+commviz/probe/patch.py does everything, slower)."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("commviz.transport._fastrecv", ["commviz/transport/_fastrecv.c"], optional=True)])
+setup(ext_modules=[
+    Extension("commviz.transport._fastrecv", ["commviz/transport/_fastrecv.c"], optional=True),
+    Extension("commviz.probe._fastwrap", ["commviz/probe/_fastwrap.c"], optional=True),
+])

@@ -103,6 +103,9 @@ class Probe:
         self.cuda_module = None  # torch.cuda, or a stand-in that models it (tests)
         self.waiters = Waiters(self._work_done)
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
+        # torch's own functions under the C wrapper (patch._c_wrapper), which leaves no
+        # frame: threads are found by these too, but their frames are not skipped
+        self.find_codes: set = set()
         from commviz.probe.audit import Auditor
 
         self.auditor = Auditor(self)  # reads torch's flight recorder at exit and on long ops
@@ -308,7 +311,7 @@ class Probe:
         except Exception as exc:
             self.health.internal("audit", exc)
         try:
-            found = stacks.threads_inside(self.wrapper_codes)
+            found = stacks.threads_inside(self.wrapper_codes | self.find_codes)
             if not found:
                 # e.g. blocked in a C++ Work.wait() of an async collective: the main
                 # thread is the best guess at who is waiting.

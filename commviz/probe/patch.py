@@ -32,6 +32,11 @@ from commviz.events import END, S_T, START, end_record
 from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, thread_state
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
+try:  # the common case of the fast wrapper, in C (setup.py); without it, Python does all
+    from commviz.probe._fastwrap import FastWrapper as _CFastWrapper
+except ImportError:
+    _CFastWrapper = None
+
 _lock = threading.Lock()
 _probe = None
 _patched: list[tuple[object, str, object, object]] = []  # (module, name, original, wrapper)
@@ -149,7 +154,32 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     functools.update_wrapper(wrapper, orig)
     wrapper._commviz_original = orig
     probe.wrapper_codes.add(wrapper.__code__)
+    if fast and _CFastWrapper is not None:
+        wrapper = _c_wrapper(orig, spec, am, probe, wrapper)
+        functools.update_wrapper(wrapper, orig)
+        wrapper._commviz_original = orig
+        # A call taken in C leaves no frame of ours: its thread is found by torch's
+        # own function's code (unique per op) on its stack. Not skipped in stacks.
+        code = getattr(inspect.unwrap(orig), "__code__", None)
+        if code is not None:
+            probe.find_codes.add(code)
     return wrapper
+
+
+def _c_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe, slow):
+    """The C wrapper (probe/_fastwrap.c): the common case of `_fast_wrapper` (`slow`,
+    which it calls for every other case, untouched)."""
+    import torch
+
+    p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default, red_default_name = am.fast_positions()
+    name = spec.name
+
+    def complete(op_id, t0, peer, g, result):
+        _complete(probe, Rec(op_id, name, t0, peer, False, g.backend), result)
+
+    return _CFastWrapper(orig, slow, probe, probe.tls, name, probe.queue, probe.cfg.queue_cap, probe.ids,
+                         probe.groups, probe.health, p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default,
+                         red_default_name, START, END, torch.cuda, torch.Tensor, _failed, complete, _unprobed)
 
 
 def _nested(orig, am: ArgMap, probe):

@@ -1,0 +1,473 @@
+/* The common path of the probe's fast wrapper (commviz/probe/patch.py, _fast_wrapper)
+ * in C: the per-op cost every user pays.
+ *
+ * A FastWrapper holds what _fast_wrapper precomputes at patch time. Its call handles
+ * only the common case: positional arguments, not nested, the probe started, the
+ * crash ring off, CUDA not initialised, a plain torch.Tensor, a known group (or the
+ * default one), a p2p peer given, the reduce op absent or the default object. Any
+ * other call goes, before anything is changed, to the Python wrapper (`slow`) with the
+ * same arguments, which does what it always did.
+ *
+ * In the common case it does what the Python code does, in the same order: the
+ * sequence number, next(ids), the clock (CLOCK_MONOTONIC, as time.monotonic_ns), the
+ * deferred start list, the append (or health.dropped += 1), depth 1, the call; on an
+ * exception depth 0, _failed(probe, name, op_id, exc) and the same exception raised
+ * again; else depth 0 and either the END tuple (a blocking op, not coalesced) or the
+ * Python `complete(op_id, t0, peer, g, result)`. A C-API failure after the sequence
+ * number was taken runs the call unrecorded through Python's `_unprobed`.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <time.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *orig, *slow, *probe, *tls, *name, *queue, *append, *ids, *groups, *health;
+    PyObject *seq_key, *red_default, *red_default_name, *start_c, *end_c, *cuda, *tensor_type;
+    PyObject *failed, *complete, *unprobed;
+    Py_ssize_t cap, bi, gi, ai, ri, pi;
+    int p2p, always_async;
+    unsigned long long fast_calls, slow_calls;
+} FastWrapper;
+
+static PyObject *s_s, *s_started, *s_ring_start, *s_initialized, *s_default_group, *s_pg, *s_seq, *s_p2p_seq,
+    *s_gid, *s_dropped, *s_empty, *s_empty_tuple, *i_minus1, *i_0, *i_1;
+
+#define DEPTH 0
+#define COALESCED 3
+
+static PyObject *mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return PyLong_FromLongLong((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec);
+}
+
+static PyObject *call_slow(FastWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    self->slow_calls++;
+    return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+/* health.dropped += 1; 0 or -1 */
+static int count_dropped(FastWrapper *self) {
+    PyObject *d = PyObject_GetAttr(self->health, s_dropped);
+    if (d == NULL) return -1;
+    PyObject *d1 = PyNumber_Add(d, i_1);
+    Py_DECREF(d);
+    if (d1 == NULL) return -1;
+    int r = PyObject_SetAttr(self->health, s_dropped, d1);
+    Py_DECREF(d1);
+    return r;
+}
+
+/* append rec if len(queue) < cap, else count it dropped; 0 or -1 */
+static int push(FastWrapper *self, PyObject *rec) {
+    Py_ssize_t n = PyObject_Size(self->queue);
+    if (n < 0) return -1;
+    if (n < self->cap) {
+        PyObject *r = PyObject_CallOneArg(self->append, rec);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        return 0;
+    }
+    return count_dropped(self);
+}
+
+/* st[DEPTH] = v, with any exception in flight kept */
+static void set_depth(PyObject *st, PyObject *v) {
+    if (PyList_GET_SIZE(st) > DEPTH) {
+        Py_INCREF(v);
+        PyObject *old = PyList_GET_ITEM(st, DEPTH);
+        PyList_SET_ITEM(st, DEPTH, v);
+        Py_DECREF(old);
+    }
+}
+
+/* 1: true, 0: false, -1: not one we read without running user code */
+static int plain_truth(PyObject *o) {
+    if (o == Py_True) return 1;
+    if (o == Py_False || o == Py_None) return 0;
+    if (PyLong_CheckExact(o)) return Py_SIZE(o) != 0;
+    return -1;
+}
+
+static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    FastWrapper *self = (FastWrapper *)callable;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) return call_slow(self, args, nargsf, kwnames);
+
+    /* ---- checks: nothing is changed before the last of them */
+    PyObject *st = PyObject_GetAttr(self->tls, s_s);
+    if (st == NULL) {
+        PyErr_Clear(); /* this thread's first wrapped call: Python makes its state */
+        return call_slow(self, args, nargsf, kwnames);
+    }
+    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) < 4 || PyList_GET_ITEM(st, DEPTH) != i_0) {
+        Py_DECREF(st); /* nested (or a state we do not know): Python */
+        return call_slow(self, args, nargsf, kwnames);
+    }
+    PyObject *g = NULL, *peer = NULL;
+    int is_async;
+    {
+        PyObject *v = PyObject_GetAttr(self->probe, s_started);
+        if (v == NULL) goto slow_clear;
+        int started = (v == Py_True);
+        Py_DECREF(v);
+        if (!started) goto slow;
+        v = PyObject_GetAttr(self->probe, s_ring_start);
+        if (v == NULL) goto slow_clear;
+        Py_DECREF(v);
+        if (v != Py_None) goto slow;
+        v = PyObject_GetAttr(self->cuda, s_initialized);
+        if (v == NULL) goto slow_clear;
+        Py_DECREF(v);
+        if (v != Py_False) goto slow;
+    }
+    if (self->bi >= n) goto slow;
+    PyObject *x = args[self->bi];
+    if (Py_TYPE(x) != (PyTypeObject *)self->tensor_type) goto slow;
+    PyObject *group = n > self->gi ? args[self->gi] : Py_None;
+    if (self->p2p) {
+        peer = n > self->pi ? args[self->pi] : Py_None;
+        if (peer == Py_None) goto slow;
+    } else {
+        peer = i_minus1;
+    }
+    if (self->always_async) {
+        is_async = 1;
+    } else if (n > self->ai) {
+        is_async = plain_truth(args[self->ai]);
+        if (is_async < 0) goto slow;
+    } else {
+        is_async = 0;
+    }
+    if (n > self->ri && args[self->ri] != self->red_default) goto slow;
+    if (group == Py_None) {
+        g = PyObject_GetAttr(self->probe, s_default_group);
+        if (g == NULL) goto slow_clear;
+        if (g == Py_None) goto slow;
+    } else {
+        PyObject *key = PyLong_FromVoidPtr(group);
+        if (key == NULL) goto slow_clear;
+        g = PyDict_GetItemWithError(self->groups, key); /* borrowed */
+        Py_DECREF(key);
+        if (g == NULL) {
+            if (PyErr_Occurred()) goto slow_clear;
+            goto slow;
+        }
+        Py_INCREF(g);
+        PyObject *pg = PyObject_GetAttr(g, s_pg);
+        if (pg == NULL) goto slow_clear;
+        Py_DECREF(pg);
+        if (pg != group) goto slow;
+    }
+    Py_INCREF(peer);
+
+    /* ---- the record: from here a failure runs the call unrecorded */
+    PyObject *seq = NULL, *op_id = NULL, *t0 = NULL, *start = NULL, *result;
+    if (self->p2p) {
+        PyObject *seqs = PyObject_GetAttr(g, s_p2p_seq);
+        if (seqs == NULL) goto unprobed;
+        PyObject *key = PyTuple_Pack(2, self->seq_key, peer);
+        if (key == NULL) {
+            Py_DECREF(seqs);
+            goto unprobed;
+        }
+        int ok = -1;
+        if (PyDict_CheckExact(seqs)) {
+            seq = PyDict_GetItemWithError(seqs, key);
+            if (seq != NULL || !PyErr_Occurred()) {
+                seq = seq != NULL ? seq : i_0;
+                Py_INCREF(seq);
+                PyObject *s1 = PyNumber_Add(seq, i_1);
+                if (s1 != NULL) {
+                    ok = PyDict_SetItem(seqs, key, s1);
+                    Py_DECREF(s1);
+                }
+            }
+        } else {
+            PyErr_SetString(PyExc_TypeError, "p2p_seq is not a dict");
+        }
+        Py_DECREF(key);
+        Py_DECREF(seqs);
+        if (ok < 0) goto unprobed;
+    } else {
+        seq = PyObject_GetAttr(g, s_seq);
+        if (seq == NULL) goto unprobed;
+        PyObject *s1 = PyNumber_Add(seq, i_1);
+        if (s1 == NULL) goto unprobed;
+        int ok = PyObject_SetAttr(g, s_seq, s1);
+        Py_DECREF(s1);
+        if (ok < 0) goto unprobed;
+    }
+    op_id = PyIter_Next(self->ids);
+    if (op_id == NULL) {
+        if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration);
+        goto unprobed;
+    }
+    t0 = mono_ns();
+    if (t0 == NULL) goto unprobed;
+    PyObject *gid = PyObject_GetAttr(g, s_gid);
+    if (gid == NULL) goto unprobed;
+    start = PyList_New(13);
+    if (start == NULL) {
+        Py_DECREF(gid);
+        goto unprobed;
+    }
+    /* [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red] */
+    PyObject *items[13] = {self->start_c, op_id, t0, self->name, gid, seq, x, s_empty, s_empty_tuple, peer,
+                           i_minus1, is_async ? Py_True : Py_False, self->red_default_name};
+    for (int i = 0; i < 13; i++) {
+        if (i != 4) Py_INCREF(items[i]); /* gid: its reference moves in */
+        PyList_SET_ITEM(start, i, items[i]);
+    }
+    if (push(self, start) < 0) goto unprobed;
+
+    self->fast_calls++;
+    set_depth(st, i_1); /* st[DEPTH] = 1 */
+    result = PyObject_Vectorcall(self->orig, args, nargsf, NULL);
+    set_depth(st, i_0); /* st[DEPTH] = 0 */
+    if (result == NULL) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyErr_NormalizeException(&et, &ev, &tb);
+        if (tb != NULL && ev != NULL) PyException_SetTraceback(ev, tb);
+        PyObject *r = PyObject_CallFunctionObjArgs(self->failed, self->probe, self->name, op_id,
+                                                   ev != NULL ? ev : Py_None, NULL);
+        if (r == NULL) { /* _failed raised (a BaseException): that one goes up */
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+        } else {
+            Py_DECREF(r);
+            PyErr_Restore(et, ev, tb);
+        }
+        goto done;
+    }
+    if (result == Py_None && PyList_GET_SIZE(st) > COALESCED && PyList_GET_ITEM(st, COALESCED) == Py_None) {
+        PyObject *t1 = mono_ns();
+        PyObject *end = t1 == NULL ? NULL : PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1);
+        Py_XDECREF(t1);
+        if (end == NULL || push(self, end) < 0) Py_CLEAR(result);
+        Py_XDECREF(end);
+        goto done;
+    }
+    {
+        PyObject *r = PyObject_CallFunctionObjArgs(self->complete, op_id, t0, peer, g, result, NULL);
+        if (r == NULL)
+            Py_CLEAR(result);
+        else
+            Py_DECREF(r);
+    }
+done:
+    Py_DECREF(st);
+    Py_DECREF(g);
+    Py_DECREF(peer);
+    Py_XDECREF(seq);
+    Py_XDECREF(op_id);
+    Py_XDECREF(t0);
+    Py_XDECREF(start);
+    return result;
+
+unprobed: {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyErr_NormalizeException(&et, &ev, &tb);
+    if (tb != NULL && ev != NULL) PyException_SetTraceback(ev, tb);
+    result = NULL;
+    PyObject *targs = PyTuple_New(n), *kw = PyDict_New();
+    if (targs != NULL && kw != NULL) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(args[i]);
+            PyTuple_SET_ITEM(targs, i, args[i]);
+        }
+        self->slow_calls++;
+        result = PyObject_CallFunctionObjArgs(self->unprobed, self->orig, targs, kw, self->probe, self->name,
+                                              ev != NULL ? ev : Py_None, NULL);
+    }
+    Py_XDECREF(targs);
+    Py_XDECREF(kw);
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    goto done;
+}
+
+slow_clear:
+    PyErr_Clear();
+slow:
+    Py_DECREF(st);
+    Py_XDECREF(g);
+    return call_slow(self, args, nargsf, kwnames);
+}
+
+static int fw_traverse(FastWrapper *self, visitproc visit, void *arg) {
+    Py_VISIT(self->dict);
+    Py_VISIT(self->orig);
+    Py_VISIT(self->slow);
+    Py_VISIT(self->probe);
+    Py_VISIT(self->tls);
+    Py_VISIT(self->name);
+    Py_VISIT(self->queue);
+    Py_VISIT(self->append);
+    Py_VISIT(self->ids);
+    Py_VISIT(self->groups);
+    Py_VISIT(self->health);
+    Py_VISIT(self->seq_key);
+    Py_VISIT(self->red_default);
+    Py_VISIT(self->red_default_name);
+    Py_VISIT(self->start_c);
+    Py_VISIT(self->end_c);
+    Py_VISIT(self->cuda);
+    Py_VISIT(self->tensor_type);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->complete);
+    Py_VISIT(self->unprobed);
+    return 0;
+}
+
+static int fw_clear(FastWrapper *self) {
+    Py_CLEAR(self->dict);
+    Py_CLEAR(self->orig);
+    Py_CLEAR(self->slow);
+    Py_CLEAR(self->probe);
+    Py_CLEAR(self->tls);
+    Py_CLEAR(self->name);
+    Py_CLEAR(self->queue);
+    Py_CLEAR(self->append);
+    Py_CLEAR(self->ids);
+    Py_CLEAR(self->groups);
+    Py_CLEAR(self->health);
+    Py_CLEAR(self->seq_key);
+    Py_CLEAR(self->red_default);
+    Py_CLEAR(self->red_default_name);
+    Py_CLEAR(self->start_c);
+    Py_CLEAR(self->end_c);
+    Py_CLEAR(self->cuda);
+    Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->complete);
+    Py_CLEAR(self->unprobed);
+    return 0;
+}
+
+static void fw_dealloc(FastWrapper *self) {
+    PyObject_GC_UnTrack(self);
+    fw_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"orig", "slow", "probe", "tls", "name", "queue", "cap", "ids", "groups", "health",
+                             "p2p", "always_async", "seq_key", "bi", "gi", "ai", "ri", "pi", "red_default",
+                             "red_default_name", "START", "END", "cuda", "Tensor", "failed", "complete",
+                             "unprobed", NULL};
+    PyObject *orig, *slow, *probe, *tls, *name, *queue, *ids, *groups, *health, *seq_key, *red_default,
+        *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed;
+    Py_ssize_t cap, bi, gi, ai, ri, pi;
+    int p2p, always_async;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOO:FastWrapper", kwlist, &orig, &slow,
+                                     &probe, &tls, &name, &queue, &cap, &ids, &PyDict_Type, &groups, &health, &p2p,
+                                     &always_async, &seq_key, &bi, &gi, &ai, &ri, &pi, &red_default,
+                                     &red_default_name, &start_c, &end_c, &cuda, &PyType_Type, &tensor_type, &failed,
+                                     &complete, &unprobed))
+        return NULL;
+    PyObject *append = PyObject_GetAttrString(queue, "append");
+    if (append == NULL) return NULL;
+    FastWrapper *self = (FastWrapper *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(append);
+        return NULL;
+    }
+    self->vectorcall = fw_vectorcall;
+#define SET(f, v)     \
+    Py_INCREF(v);     \
+    self->f = v;
+    SET(orig, orig) SET(slow, slow) SET(probe, probe) SET(tls, tls) SET(name, name) SET(queue, queue);
+    SET(ids, ids) SET(groups, groups) SET(health, health) SET(seq_key, seq_key) SET(red_default, red_default);
+    SET(red_default_name, red_default_name) SET(start_c, start_c) SET(end_c, end_c) SET(cuda, cuda);
+    SET(tensor_type, tensor_type) SET(failed, failed) SET(complete, complete) SET(unprobed, unprobed);
+#undef SET
+    self->append = append;
+    self->cap = cap;
+    self->bi = bi;
+    self->gi = gi;
+    self->ai = ai;
+    self->ri = ri;
+    self->pi = pi;
+    self->p2p = p2p;
+    self->always_async = always_async;
+    return (PyObject *)self;
+}
+
+static PyObject *fw_descr_get(PyObject *self, PyObject *obj, PyObject *type) {
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *fw_repr(FastWrapper *self) {
+    return PyUnicode_FromFormat("<commviz fast wrapper of %U>", self->name);
+}
+
+static PyMemberDef fw_members[] = {
+    {"_commviz_slow", T_OBJECT, offsetof(FastWrapper, slow), READONLY, "the Python wrapper, for the other calls"},
+    {"fast_calls", T_ULONGLONG, offsetof(FastWrapper, fast_calls), READONLY, "calls taken in C"},
+    {"slow_calls", T_ULONGLONG, offsetof(FastWrapper, slow_calls), READONLY, "calls handed to Python"},
+    {NULL},
+};
+
+static PyGetSetDef fw_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict},
+    {NULL},
+};
+
+static PyTypeObject FastWrapperType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "commviz.probe._fastwrap.FastWrapper",
+    .tp_basicsize = sizeof(FastWrapper),
+    .tp_dealloc = (destructor)fw_dealloc,
+    .tp_vectorcall_offset = offsetof(FastWrapper, vectorcall),
+    .tp_repr = (reprfunc)fw_repr,
+    .tp_call = PyVectorcall_Call,
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = NULL,
+    .tp_traverse = (traverseproc)fw_traverse,
+    .tp_clear = (inquiry)fw_clear,
+    .tp_members = fw_members,
+    .tp_getset = fw_getset,
+    .tp_descr_get = fw_descr_get,
+    .tp_dictoffset = offsetof(FastWrapper, dict),
+    .tp_new = fw_new,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwrap", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__fastwrap(void) {
+#define INTERN(v, s) \
+    if ((v = PyUnicode_InternFromString(s)) == NULL) return NULL;
+    INTERN(s_s, "s") INTERN(s_started, "started") INTERN(s_ring_start, "ring_start");
+    INTERN(s_initialized, "_initialized") INTERN(s_default_group, "default_group") INTERN(s_pg, "pg");
+    INTERN(s_seq, "seq") INTERN(s_p2p_seq, "p2p_seq") INTERN(s_gid, "gid") INTERN(s_dropped, "dropped");
+    INTERN(s_empty, "");
+#undef INTERN
+    if ((s_empty_tuple = PyTuple_New(0)) == NULL) return NULL;
+    if ((i_minus1 = PyLong_FromLong(-1)) == NULL) return NULL;
+    if ((i_0 = PyLong_FromLong(0)) == NULL) return NULL;
+    if ((i_1 = PyLong_FromLong(1)) == NULL) return NULL;
+    if (PyType_Ready(&FastWrapperType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    Py_INCREF(&FastWrapperType);
+    if (PyModule_AddObject(m, "FastWrapper", (PyObject *)&FastWrapperType) < 0) {
+        Py_DECREF(&FastWrapperType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

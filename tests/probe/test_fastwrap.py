@@ -1,0 +1,335 @@
+"""The C wrapper (commviz/probe/_fastwrap.c) takes the common case of the fast
+wrapper's calls; everything else goes to the Python wrapper it holds. Here: it is
+built and used (a silent fall back to Python fails these tests), and it gives the
+same events as the Python wrapper on torch's `fake` backend, call for call."""
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.distributed_c10d as c10d  # noqa: E402
+
+from commviz import ops  # noqa: E402
+from commviz.events import OpEnd, OpStart  # noqa: E402
+from commviz.trace.file import load  # noqa: E402
+
+WORLD = 4
+FAST_OPS = ("all_reduce", "send", "recv", "isend", "irecv", "all_gather_into_tensor", "reduce_scatter_tensor",
+            "all_to_all_single")
+
+
+def fresh_world():
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized():
+        dist.destroy_process_group()  # sequence numbers start afresh
+    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    """The probe with the crash ring off: the C wrapper's case (with it on, every call
+    goes to Python)."""
+    from commviz.probe.patch import install
+
+    d = tmp_path_factory.mktemp("trace")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
+    p = install(trace_dir=str(d))
+    assert p is not None
+    cfg = p.cfg
+    p.shutdown()
+    p.cfg = dataclasses.replace(cfg, ring=False)
+    fresh_world()
+    p.trace_path = Path(p.cfg.trace_dir) / "rank-0.cvz"
+    yield p
+    p.shutdown()
+    p.cfg = cfg
+    dist.destroy_process_group()
+    mp.undo()
+
+
+def events_of(probe, fn):
+    """Run fn on a fresh default group, flush, return [(OpStart, OpEnd|None)]."""
+    probe.shutdown()
+    fresh_world()
+    fn()
+    probe.shutdown()
+    starts, ends = {}, {}
+    for b in load(probe.trace_path).batches:
+        for e in b.events:
+            if isinstance(e, OpStart):
+                starts[e.id] = e
+            elif isinstance(e, OpEnd):
+                ends[e.id] = e
+    return [(s, ends.get(i)) for i, s in sorted(starts.items())]
+
+
+def comparable(got):
+    """What must be equal between the two wrappers: all but times; ids relative to
+    the first; groups as default or not (a sub-group's name counts up per process)."""
+    first = got[0][0].id if got else 0
+    out = []
+    for s, e in got:
+        out.append((s.id - first, s.op, s.seq, s.bytes, s.dtype, list(s.shape), s.peer, s.root, s.is_async,
+                    s.reduce_op, s.group == "0", s.batched,
+                    None if e is None else (e.error, e.bytes, e.peer, e.t >= s.t)))
+    return out
+
+
+def c_wrapper(name):
+    w = getattr(dist, name)
+    assert type(w).__name__ == "FastWrapper", f"{name}: the C wrapper is not used ({type(w)})"
+    return w
+
+
+def test_the_c_wrapper_is_built_and_wraps_the_fast_ops(probe):
+    from commviz.probe import _fastwrap  # not built: this fails, it is not skipped
+
+    for name in FAST_OPS:
+        w = c_wrapper(name)
+        assert isinstance(w, _fastwrap.FastWrapper)
+        assert getattr(c10d, name) is w
+        orig = w._commviz_original
+        assert w.__wrapped__ is orig and w.__name__ == orig.__name__ and w.__doc__ == orig.__doc__
+        assert w.__module__ == orig.__module__ and w.__qualname__ == orig.__qualname__
+        assert w._commviz_slow.__code__ in probe.wrapper_codes
+    # the generic ones stay in Python
+    assert type(dist.broadcast).__name__ == "function"
+
+
+def test_the_common_case_is_taken_in_c(probe):
+    t, out = torch.ones(8), torch.empty(8 * WORLD)
+    names = ("all_reduce", "send", "recv", "isend", "irecv", "all_gather_into_tensor")
+    before = {n: (c_wrapper(n).fast_calls, c_wrapper(n).slow_calls) for n in names}
+
+    def job():
+        dist.all_reduce(t)  # the probe is not started yet: Python starts it
+        dist.all_reduce(t)
+        dist.send(t, 1)
+        dist.recv(t, 2)
+        dist.isend(t, 1).wait()
+        dist.irecv(t, 3).wait()
+        dist.all_gather_into_tensor(out, t)
+
+    events_of(probe, job)
+    fast = {n: c_wrapper(n).fast_calls - before[n][0] for n in names}
+    slow = {n: c_wrapper(n).slow_calls - before[n][1] for n in names}
+    assert fast == {"all_reduce": 1, "send": 1, "recv": 1, "isend": 1, "irecv": 1, "all_gather_into_tensor": 1}
+    # send and recv call isend and irecv inside (nested: Python passes them through)
+    assert slow == {"all_reduce": 1, "send": 0, "recv": 0, "isend": 1, "irecv": 1, "all_gather_into_tensor": 0}
+
+
+def test_it_binds_like_a_function():
+    class Holder:
+        f = dist.all_reduce
+
+    h = Holder()
+    bound = h.f
+    assert bound.__self__ is h and bound.__func__ is dist.all_reduce
+    assert Holder.f is dist.all_reduce
+    import inspect
+
+    assert list(inspect.signature(dist.all_reduce).parameters) == list(
+        inspect.signature(dist.all_reduce._commviz_original).parameters)
+
+
+def run_both(probe, job):
+    """job(w) with w(name) the C wrapper, then with the Python one it holds."""
+    def fast_calls():
+        return sum(c_wrapper(n).fast_calls for n in FAST_OPS)
+
+    n0 = fast_calls()
+    c = events_of(probe, lambda: job(c_wrapper))
+    n1 = fast_calls()
+    py = events_of(probe, lambda: job(lambda name: c_wrapper(name)._commviz_slow))
+    assert n1 > n0 and fast_calls() == n1  # the first run took calls in C, the second none
+    assert c and comparable(c) == comparable(py)
+    return c
+
+
+def test_same_events_as_python_positional_keyword_groups_and_async(probe):
+    t, out, small = torch.ones(16), torch.empty(16 * WORLD), torch.empty(4)
+
+    def job(w):
+        sub = dist.new_group([0, 1])
+        w("all_reduce")(t)
+        w("all_reduce")(t)
+        w("all_reduce")(t, dist.ReduceOp.SUM)
+        w("all_reduce")(t, dist.ReduceOp.MAX)  # not the default op: Python
+        w("all_reduce")(t, op=dist.ReduceOp.MIN, async_op=True).wait()  # keywords: Python
+        w("all_reduce")(t, dist.ReduceOp.SUM, None, True).wait()  # async, by position
+        w("all_reduce")(t, dist.ReduceOp.SUM, sub)
+        w("all_reduce")(t, group=sub)
+        w("all_reduce")(t, dist.ReduceOp.SUM, sub, 0)
+        w("send")(t, 1)
+        w("send")(t, 1)
+        w("send")(t, dst=2)
+        w("send")(t, 1, sub)
+        w("recv")(t, 3)
+        w("recv")(t, src=3)
+        w("isend")(t, 2).wait()
+        w("isend")(tensor=t, dst=2).wait()
+        w("irecv")(t, 1).wait()
+        w("irecv")(t, 1, sub).wait()
+        w("all_gather_into_tensor")(out, t)
+        w("all_gather_into_tensor")(out, t, None, True).wait()
+        w("all_gather_into_tensor")(output_tensor=out, input_tensor=t)
+        w("all_gather_into_tensor")(torch.empty(32), t, sub)
+        w("reduce_scatter_tensor")(small, t)
+        w("all_to_all_single")(torch.empty(16), t)
+
+    got = run_both(probe, job)
+    assert [s.op for s, _ in got].count("all_reduce") == 9
+    assert all(e is not None and not e.error for _, e in got)
+
+
+def test_same_events_as_python_nested_and_coalesced(probe):
+    t = torch.ones(16)
+
+    def job(w):
+        # object collectives call the tensor ones inside: those are not events, and
+        # their bytes are the outer call's
+        dist.send_object_list([{"a": list(range(50))}], 1)
+        dist.broadcast_object_list([{"a": 1}], src=0)
+        with c10d._coalescing_manager():
+            w("all_reduce")(t)
+            w("all_reduce")(t)
+        w("all_reduce")(t)
+
+    got = run_both(probe, job)
+    assert [s.op for s, _ in got] == ["send_object_list", "broadcast_object_list", "all_reduce", "all_reduce",
+                                      "all_reduce"]
+    assert got[0][1].bytes > 8
+
+
+class Boom(Exception):
+    pass
+
+
+def test_same_events_as_python_when_torch_raises_and_the_exception_is_unchanged(probe):
+    from commviz.probe.patch import _wrap
+
+    raised = []
+
+    def raising(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        exc = Boom("no")
+        raised.append(exc)
+        raise exc
+
+    wrapped = _wrap(raising, ops.CATALOGUE["all_reduce"], probe)
+    assert type(wrapped).__name__ == "FastWrapper"
+    t = torch.ones(4)
+    before = probe.health.internal_errors
+
+    def job(w):
+        f = wrapped if w is c_wrapper else wrapped._commviz_slow
+        for _ in range(2):
+            with pytest.raises(Boom) as info:
+                f(t)
+            assert info.value is raised[-1]
+            assert info.traceback[-1].name == "raising"  # its traceback goes on to torch's frame
+        for _ in range(2):
+            with pytest.raises(ValueError, match="should not be the same"):
+                w("send")(t, 0)  # send to self: torch's check
+        with pytest.raises((ValueError, AttributeError)):
+            w("all_reduce")(t, dist.ReduceOp.SUM, 123)  # a bad group: torch's error, not an event
+        with pytest.raises(ValueError):
+            w("all_reduce")(t, group=123)
+
+    fast = wrapped.fast_calls
+    got = run_both(probe, job)
+    assert wrapped.fast_calls > fast
+    assert probe.health.internal_errors == before
+    assert [(s.op, e.error.split(":")[0]) for s, e in got] == [("all_reduce", "Boom"), ("all_reduce", "Boom"),
+                                                                ("send", "ValueError"), ("send", "ValueError")]
+    # depth went back to 0: the next call is an event again
+    assert len(events_of(probe, lambda: dist.all_reduce(t))) == 1
+
+
+def stopped_sender(probe):
+    probe.shutdown()
+    probe.ensure_started()
+    s = probe.sender
+    s._stop.set()
+    s._wake.set()
+    s.thread.join(5)
+    assert not s.thread.is_alive()
+    if probe.sampler is not None:
+        probe.sampler.stop()
+    s.flush()
+    probe.queue.clear()
+
+
+def test_a_full_queue_counts_every_dropped_record_as_python_does(probe):
+    from commviz.probe.patch import _wrap
+
+    def noop(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    cfg = probe.cfg
+    probe.cfg = dataclasses.replace(cfg, queue_cap=10)
+    wrapped = _wrap(noop, ops.CATALOGUE["all_reduce"], probe)
+    probe.cfg = cfg
+    assert type(wrapped).__name__ == "FastWrapper"
+    t = torch.ones(4)
+    kept = {}
+    try:
+        for f in (wrapped, wrapped._commviz_slow):
+            stopped_sender(probe)
+            f(t)  # this thread's state made
+            probe.queue.clear()
+            fast, dropped = wrapped.fast_calls, probe.health.dropped
+            for _ in range(50):
+                f(t)
+            assert len(probe.queue) == 10 and probe.health.dropped - dropped == 90
+            kept[f is wrapped] = [(r[0], r[3] if r[0] == "start" else None) for r in probe.queue]
+            if f is wrapped:
+                assert wrapped.fast_calls - fast == 50
+    finally:
+        probe.queue.clear()
+        probe.shutdown()
+    assert kept[True] == kept[False]
+
+
+def test_hang_stacks_find_a_thread_inside_a_call_taken_in_c(probe):
+    """No frame of ours is on the stack of a call the C wrapper took: the thread is
+    found by torch's function's code, and the user's line is on the stack."""
+    import threading
+
+    from commviz.probe import stacks
+    from commviz.probe.patch import _wrap
+
+    block, inside, release = threading.Event(), threading.Event(), threading.Event()
+
+    def blocking(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if block.is_set():
+            inside.set()
+            release.wait(10)
+
+    wrapped = _wrap(blocking, ops.CATALOGUE["all_reduce"], probe)
+    probe.ensure_started()
+
+    def user_code():
+        wrapped(torch.ones(2))  # a new thread's first call: Python makes its state
+        block.set()
+        wrapped(torch.ones(2))  # the user's line, in C
+
+    th = threading.Thread(target=user_code, name="trainer")
+    fast = wrapped.fast_calls
+    th.start()
+    try:
+        assert inside.wait(5)
+        assert wrapped.fast_calls - fast == 1
+        assert not stacks.threads_inside(probe.wrapper_codes)  # no Python wrapper frame
+        assert [n for n, _ in stacks.threads_inside(probe.wrapper_codes | probe.find_codes)] == ["trainer"]
+        stack = probe.capture_stack(0)
+        assert stack is not None and stack.thread == "trainer"
+        funcs = [f.function for f in stack.frames]
+        assert "user_code" in funcs and funcs.index("user_code") < funcs.index("blocking")
+    finally:
+        release.set()
+        th.join(5)
