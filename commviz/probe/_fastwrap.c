@@ -19,6 +19,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
 #include <time.h>
 
 typedef struct {
@@ -28,6 +29,10 @@ typedef struct {
     PyObject *orig, *slow, *probe, *tls, *name, *queue, *append, *ids, *groups, *health;
     PyObject *seq_key, *red_default, *red_default_name, *start_c, *end_c, *cuda, *tensor_type;
     PyObject *failed, *complete, *unprobed;
+    PyObject *probe_dict, *cuda_dict, *group_type; /* read directly: see fw_new */
+    Py_ssize_t off_pg, off_seq, off_gid, off_p2p_seq; /* GroupInfo's slots */
+    PyObject *st_cached; /* tls.s of the thread that called last (a thread's list is never replaced) */
+    uint64_t st_tid;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
     unsigned long long fast_calls, slow_calls;
@@ -48,6 +53,19 @@ static PyObject *mono_ns(void) {
 static PyObject *call_slow(FastWrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     self->slow_calls++;
     return PyObject_Vectorcall(self->slow, args, nargsf, kwnames);
+}
+
+/* a GroupInfo's __slots__ member, by its offset (the type was checked) */
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static PyObject *slot_get(PyObject *o, Py_ssize_t off, PyObject *name) {
+    PyObject *v = SLOT(o, off);
+    if (v == NULL) {
+        PyErr_SetObject(PyExc_AttributeError, name);
+        return NULL;
+    }
+    Py_INCREF(v);
+    return v;
 }
 
 /* health.dropped += 1; 0 or -1 */
@@ -99,10 +117,20 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) return call_slow(self, args, nargsf, kwnames);
 
     /* ---- checks: nothing is changed before the last of them */
-    PyObject *st = PyObject_GetAttr(self->tls, s_s);
-    if (st == NULL) {
-        PyErr_Clear(); /* this thread's first wrapped call: Python makes its state */
-        return call_slow(self, args, nargsf, kwnames);
+    PyObject *st;
+    uint64_t tid = PyThreadState_GetID(PyThreadState_Get());
+    if (self->st_cached != NULL && self->st_tid == tid) {
+        st = self->st_cached;
+        Py_INCREF(st);
+    } else {
+        st = PyObject_GetAttr(self->tls, s_s);
+        if (st == NULL) {
+            PyErr_Clear(); /* this thread's first wrapped call: Python makes its state */
+            return call_slow(self, args, nargsf, kwnames);
+        }
+        Py_INCREF(st);
+        Py_XSETREF(self->st_cached, st);
+        self->st_tid = tid;
     }
     if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) < 4 || PyList_GET_ITEM(st, DEPTH) != i_0) {
         Py_DECREF(st); /* nested (or a state we do not know): Python */
@@ -110,21 +138,11 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     PyObject *g = NULL, *peer = NULL;
     int is_async;
-    {
-        PyObject *v = PyObject_GetAttr(self->probe, s_started);
-        if (v == NULL) goto slow_clear;
-        int started = (v == Py_True);
-        Py_DECREF(v);
-        if (!started) goto slow;
-        v = PyObject_GetAttr(self->probe, s_ring_start);
-        if (v == NULL) goto slow_clear;
-        Py_DECREF(v);
-        if (v != Py_None) goto slow;
-        v = PyObject_GetAttr(self->cuda, s_initialized);
-        if (v == NULL) goto slow_clear;
-        Py_DECREF(v);
-        if (v != Py_False) goto slow;
-    }
+    /* probe.started, probe.ring_start, torch.cuda._initialized: plain attributes
+       (fw_new checked no descriptor of those names), read from the objects' dicts */
+    if (PyDict_GetItemWithError(self->probe_dict, s_started) != Py_True) goto slow_clear;
+    if (PyDict_GetItemWithError(self->probe_dict, s_ring_start) != Py_None) goto slow_clear;
+    if (PyDict_GetItemWithError(self->cuda_dict, s_initialized) != Py_False) goto slow_clear;
     if (self->bi >= n) goto slow;
     PyObject *x = args[self->bi];
     if (Py_TYPE(x) != (PyTypeObject *)self->tensor_type) goto slow;
@@ -145,9 +163,13 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (n > self->ri && args[self->ri] != self->red_default) goto slow;
     if (group == Py_None) {
-        g = PyObject_GetAttr(self->probe, s_default_group);
-        if (g == NULL) goto slow_clear;
-        if (g == Py_None) goto slow;
+        g = PyDict_GetItemWithError(self->probe_dict, s_default_group); /* borrowed */
+        if (g == NULL || g == Py_None) {
+            g = NULL;
+            goto slow_clear;
+        }
+        Py_INCREF(g);
+        if (Py_TYPE(g) != (PyTypeObject *)self->group_type) goto slow;
     } else {
         PyObject *key = PyLong_FromVoidPtr(group);
         if (key == NULL) goto slow_clear;
@@ -158,17 +180,14 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
             goto slow;
         }
         Py_INCREF(g);
-        PyObject *pg = PyObject_GetAttr(g, s_pg);
-        if (pg == NULL) goto slow_clear;
-        Py_DECREF(pg);
-        if (pg != group) goto slow;
+        if (Py_TYPE(g) != (PyTypeObject *)self->group_type || SLOT(g, self->off_pg) != group) goto slow;
     }
     Py_INCREF(peer);
 
     /* ---- the record: from here a failure runs the call unrecorded */
     PyObject *seq = NULL, *op_id = NULL, *t0 = NULL, *start = NULL, *result;
     if (self->p2p) {
-        PyObject *seqs = PyObject_GetAttr(g, s_p2p_seq);
+        PyObject *seqs = slot_get(g, self->off_p2p_seq, s_p2p_seq);
         if (seqs == NULL) goto unprobed;
         PyObject *key = PyTuple_Pack(2, self->seq_key, peer);
         if (key == NULL) {
@@ -194,13 +213,11 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         Py_DECREF(seqs);
         if (ok < 0) goto unprobed;
     } else {
-        seq = PyObject_GetAttr(g, s_seq);
+        seq = slot_get(g, self->off_seq, s_seq);
         if (seq == NULL) goto unprobed;
         PyObject *s1 = PyNumber_Add(seq, i_1);
         if (s1 == NULL) goto unprobed;
-        int ok = PyObject_SetAttr(g, s_seq, s1);
-        Py_DECREF(s1);
-        if (ok < 0) goto unprobed;
+        Py_XSETREF(SLOT(g, self->off_seq), s1); /* g.seq = seq + 1 */
     }
     op_id = PyIter_Next(self->ids);
     if (op_id == NULL) {
@@ -209,7 +226,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     t0 = mono_ns();
     if (t0 == NULL) goto unprobed;
-    PyObject *gid = PyObject_GetAttr(g, s_gid);
+    PyObject *gid = slot_get(g, self->off_gid, s_gid);
     if (gid == NULL) goto unprobed;
     start = PyList_New(13);
     if (start == NULL) {
@@ -236,7 +253,15 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         if (tb != NULL && ev != NULL) PyException_SetTraceback(ev, tb);
         PyObject *r = PyObject_CallFunctionObjArgs(self->failed, self->probe, self->name, op_id,
                                                    ev != NULL ? ev : Py_None, NULL);
-        if (r == NULL) { /* _failed raised (a BaseException): that one goes up */
+        if (r == NULL) { /* _failed raised (a BaseException): that one goes up, the user's as its context */
+            PyObject *nt, *nv, *ntb;
+            PyErr_Fetch(&nt, &nv, &ntb);
+            PyErr_NormalizeException(&nt, &nv, &ntb);
+            if (nv != NULL && ev != NULL && nv != ev) {
+                Py_INCREF(ev);
+                PyException_SetContext(nv, ev);
+            }
+            PyErr_Restore(nt, nv, ntb);
             Py_XDECREF(et);
             Py_XDECREF(ev);
             Py_XDECREF(tb);
@@ -325,6 +350,10 @@ static int fw_traverse(FastWrapper *self, visitproc visit, void *arg) {
     Py_VISIT(self->failed);
     Py_VISIT(self->complete);
     Py_VISIT(self->unprobed);
+    Py_VISIT(self->probe_dict);
+    Py_VISIT(self->cuda_dict);
+    Py_VISIT(self->group_type);
+    Py_VISIT(self->st_cached);
     return 0;
 }
 
@@ -350,6 +379,10 @@ static int fw_clear(FastWrapper *self) {
     Py_CLEAR(self->failed);
     Py_CLEAR(self->complete);
     Py_CLEAR(self->unprobed);
+    Py_CLEAR(self->probe_dict);
+    Py_CLEAR(self->cuda_dict);
+    Py_CLEAR(self->group_type);
+    Py_CLEAR(self->st_cached);
     return 0;
 }
 
@@ -363,24 +396,61 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"orig", "slow", "probe", "tls", "name", "queue", "cap", "ids", "groups", "health",
                              "p2p", "always_async", "seq_key", "bi", "gi", "ai", "ri", "pi", "red_default",
                              "red_default_name", "START", "END", "cuda", "Tensor", "failed", "complete",
-                             "unprobed", NULL};
+                             "unprobed", "GroupInfo", NULL};
     PyObject *orig, *slow, *probe, *tls, *name, *queue, *ids, *groups, *health, *seq_key, *red_default,
-        *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed;
+        *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed, *group_type;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOO:FastWrapper", kwlist, &orig, &slow,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOOO!:FastWrapper", kwlist, &orig, &slow,
                                      &probe, &tls, &name, &queue, &cap, &ids, &PyDict_Type, &groups, &health, &p2p,
                                      &always_async, &seq_key, &bi, &gi, &ai, &ri, &pi, &red_default,
                                      &red_default_name, &start_c, &end_c, &cuda, &PyType_Type, &tensor_type, &failed,
-                                     &complete, &unprobed))
+                                     &complete, &unprobed, &PyType_Type, &group_type))
         return NULL;
+    /* The attributes read from dicts must be plain ones: no descriptor of that name
+       on the type (a property would be skipped), and the dicts exist. */
+    PyObject *names[] = {s_started, s_ring_start, s_default_group};
+    for (int i = 0; i < 3; i++)
+        if (_PyType_Lookup(Py_TYPE(probe), names[i]) != NULL)
+            return PyErr_Format(PyExc_TypeError, "probe.%U is not a plain attribute", names[i]);
+    if (!PyModule_Check(cuda) || _PyType_Lookup(Py_TYPE(cuda), s_initialized) != NULL)
+        return PyErr_Format(PyExc_TypeError, "cuda is not a module");
+    PyObject *slot_names[] = {s_pg, s_seq, s_gid, s_p2p_seq};
+    Py_ssize_t offs[4];
+    for (int i = 0; i < 4; i++) {
+        PyObject *d = _PyType_Lookup((PyTypeObject *)group_type, slot_names[i]);
+        if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type) ||
+            ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX ||
+            ((PyMemberDescrObject *)d)->d_member->flags & READONLY ||
+            ((PyMemberDescrObject *)d)->d_common.d_type != (PyTypeObject *)group_type)
+            return PyErr_Format(PyExc_TypeError, "GroupInfo.%U is not a slot", slot_names[i]);
+        offs[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    if (((PyTypeObject *)group_type)->tp_setattro != PyObject_GenericSetAttr)
+        return PyErr_Format(PyExc_TypeError, "GroupInfo sets attributes its own way");
+    PyObject *probe_dict = PyObject_GenericGetDict(probe, NULL);
+    if (probe_dict == NULL) return NULL;
+    PyObject *cuda_dict = PyModule_GetDict(cuda); /* borrowed */
     PyObject *append = PyObject_GetAttrString(queue, "append");
-    if (append == NULL) return NULL;
+    if (append == NULL) {
+        Py_DECREF(probe_dict);
+        return NULL;
+    }
     FastWrapper *self = (FastWrapper *)type->tp_alloc(type, 0);
     if (self == NULL) {
         Py_DECREF(append);
+        Py_DECREF(probe_dict);
         return NULL;
     }
+    self->probe_dict = probe_dict;
+    Py_INCREF(cuda_dict);
+    self->cuda_dict = cuda_dict;
+    Py_INCREF(group_type);
+    self->group_type = group_type;
+    self->off_pg = offs[0];
+    self->off_seq = offs[1];
+    self->off_gid = offs[2];
+    self->off_p2p_seq = offs[3];
     self->vectorcall = fw_vectorcall;
 #define SET(f, v)     \
     Py_INCREF(v);     \
@@ -414,6 +484,16 @@ static PyObject *fw_repr(FastWrapper *self) {
     return PyUnicode_FromFormat("<commviz fast wrapper of %U>", self->name);
 }
 
+/* pickled (and copied) by name, as a function is: torch.distributed.all_reduce is this object */
+static PyObject *fw_reduce(PyObject *self, PyObject *unused) {
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+static PyMethodDef fw_methods[] = {
+    {"__reduce__", fw_reduce, METH_NOARGS, NULL},
+    {NULL},
+};
+
 static PyMemberDef fw_members[] = {
     {"_commviz_slow", T_OBJECT, offsetof(FastWrapper, slow), READONLY, "the Python wrapper, for the other calls"},
     {"fast_calls", T_ULONGLONG, offsetof(FastWrapper, fast_calls), READONLY, "calls taken in C"},
@@ -439,6 +519,7 @@ static PyTypeObject FastWrapperType = {
     .tp_doc = NULL,
     .tp_traverse = (traverseproc)fw_traverse,
     .tp_clear = (inquiry)fw_clear,
+    .tp_methods = fw_methods,
     .tp_members = fw_members,
     .tp_getset = fw_getset,
     .tp_descr_get = fw_descr_get,

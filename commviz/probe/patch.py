@@ -29,7 +29,7 @@ import time
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz.events import END, S_T, START, end_record
-from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, Rec, thread_state
+from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, GroupInfo, Rec, thread_state
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
 try:  # the common case of the fast wrapper, in C (setup.py); without it, Python does all
@@ -179,7 +179,8 @@ def _c_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe, slow):
 
     return _CFastWrapper(orig, slow, probe, probe.tls, name, probe.queue, probe.cfg.queue_cap, probe.ids,
                          probe.groups, probe.health, p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default,
-                         red_default_name, START, END, torch.cuda, torch.Tensor, _failed, complete, _unprobed)
+                         red_default_name, START, END, torch.cuda, torch.Tensor, _failed, complete, _unprobed,
+                         GroupInfo)
 
 
 def _nested(orig, am: ArgMap, probe):

@@ -333,3 +333,12 @@ def test_hang_stacks_find_a_thread_inside_a_call_taken_in_c(probe):
     finally:
         release.set()
         th.join(5)
+
+
+def test_it_pickles_and_copies_by_name_as_a_function_does(probe):
+    import copy
+    import pickle
+
+    w = c_wrapper("all_reduce")
+    assert pickle.loads(pickle.dumps(w)) is w
+    assert copy.deepcopy(w) is w and copy.copy(w) is w
