@@ -6,7 +6,9 @@
  * crash ring off, CUDA not initialised, a plain torch.Tensor, a known group (or the
  * default one), a p2p peer given, the reduce op absent or the default object. Any
  * other call goes, before anything is changed, to the Python wrapper (`slow`) with the
- * same arguments, which does what it always did.
+ * same arguments, which does what it always did; but a call nested in another wrapped
+ * call whose bytes are not its children's (send's isend) goes straight to torch's
+ * function, keywords and all, as the Python wrapper would send it.
  *
  * In the common case it does what the Python code does, in the same order: the
  * sequence number, next(ids), the clock (CLOCK_MONOTONIC, as time.monotonic_ns), the
@@ -35,7 +37,7 @@ typedef struct {
     uint64_t st_tid;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
-    unsigned long long fast_calls, slow_calls;
+    unsigned long long fast_calls, slow_calls, nested_calls;
 } FastWrapper;
 
 static PyObject *s_s, *s_started, *s_ring_start, *s_initialized, *s_default_group, *s_pg, *s_seq, *s_p2p_seq,
@@ -114,7 +116,6 @@ static int plain_truth(PyObject *o) {
 static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     FastWrapper *self = (FastWrapper *)callable;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) return call_slow(self, args, nargsf, kwnames);
 
     /* ---- checks: nothing is changed before the last of them */
     PyObject *st;
@@ -132,8 +133,24 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         Py_XSETREF(self->st_cached, st);
         self->st_tid = tid;
     }
-    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) < 4 || PyList_GET_ITEM(st, DEPTH) != i_0) {
-        Py_DECREF(st); /* nested (or a state we do not know): Python */
+    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) < 4) {
+        Py_DECREF(st); /* a state we do not know: Python */
+        return call_slow(self, args, nargsf, kwnames);
+    }
+    if (PyList_GET_ITEM(st, DEPTH) != i_0) {
+        PyObject *depth = PyList_GET_ITEM(st, DEPTH);
+        if (PyLong_CheckExact(depth) && Py_SIZE(depth) > 0 && PyList_GET_ITEM(st, 1) == Py_False) {
+            /* inside another wrapped call whose bytes are not its children's (send's
+               isend): not an event, torch's function straight away, as Python does */
+            Py_DECREF(st);
+            self->nested_calls++;
+            return PyObject_Vectorcall(self->orig, args, nargsf, kwnames);
+        }
+        Py_DECREF(st); /* nested in an object collective (its bytes are ours to add): Python */
+        return call_slow(self, args, nargsf, kwnames);
+    }
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames) > 0) {
+        Py_DECREF(st); /* keywords: Python */
         return call_slow(self, args, nargsf, kwnames);
     }
     PyObject *g = NULL, *peer = NULL;
@@ -498,6 +515,7 @@ static PyMemberDef fw_members[] = {
     {"_commviz_slow", T_OBJECT, offsetof(FastWrapper, slow), READONLY, "the Python wrapper, for the other calls"},
     {"fast_calls", T_ULONGLONG, offsetof(FastWrapper, fast_calls), READONLY, "calls taken in C"},
     {"slow_calls", T_ULONGLONG, offsetof(FastWrapper, slow_calls), READONLY, "calls handed to Python"},
+    {"nested_calls", T_ULONGLONG, offsetof(FastWrapper, nested_calls), READONLY, "nested calls passed to torch"},
     {NULL},
 };
 
