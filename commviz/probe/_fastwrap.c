@@ -109,7 +109,8 @@ static void set_depth(PyObject *st, PyObject *v) {
 static int plain_truth(PyObject *o) {
     if (o == Py_True) return 1;
     if (o == Py_False || o == Py_None) return 0;
-    if (PyLong_CheckExact(o)) return Py_SIZE(o) != 0;
+    if (PyLong_CheckExact(o)) return PyObject_IsTrue(o); /* an exact int runs no user code (and Py_SIZE is
+                                                          not its sign from Python 3.12 on) */
     return -1;
 }
 
@@ -139,7 +140,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (PyList_GET_ITEM(st, DEPTH) != i_0) {
         PyObject *depth = PyList_GET_ITEM(st, DEPTH);
-        if (PyLong_CheckExact(depth) && Py_SIZE(depth) > 0 && PyList_GET_ITEM(st, 1) == Py_False) {
+        if (PyLong_CheckExact(depth) && PyObject_RichCompareBool(depth, i_0, Py_GT) == 1
+            && PyList_GET_ITEM(st, 1) == Py_False) {
             /* inside another wrapped call whose bytes are not its children's (send's
                isend): not an event, torch's function straight away, as Python does */
             Py_DECREF(st);

@@ -20,6 +20,7 @@ thread (probe/cuda.py).
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import functools
 import inspect
@@ -154,8 +155,15 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     functools.update_wrapper(wrapper, orig)
     wrapper._commviz_original = orig
     probe.wrapper_codes.add(wrapper.__code__)
-    if fast and _CFastWrapper is not None:
-        wrapper = _c_wrapper(orig, spec, am, probe, wrapper)
+    # The C wrapper caches each thread's state by thread: only for a plain
+    # threading.local (gevent's greenlet-local would share it between greenlets).
+    if fast and _CFastWrapper is not None and type(probe.tls) is _thread._local:
+        try:
+            c_wrapper = _c_wrapper(orig, spec, am, probe, wrapper)
+        except Exception as exc:  # a layout it does not know: the Python wrapper does it all
+            probe.health.internal(f"{spec.name} (C wrapper)", exc)
+            return wrapper
+        wrapper = c_wrapper
         functools.update_wrapper(wrapper, orig)
         wrapper._commviz_original = orig
         # A call taken in C leaves no frame of ours: its thread is found by torch's
