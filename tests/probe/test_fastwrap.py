@@ -13,8 +13,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from commviz import ops  # noqa: E402
-from commviz.events import OpEnd, OpStart  # noqa: E402
-from commviz.trace.file import load  # noqa: E402
+from tests.probe.test_patch_fake_pg import ops_of, stop_sender_thread  # noqa: E402
 
 WORLD = 4
 FAST_OPS = ("all_reduce", "send", "recv", "isend", "irecv", "all_gather_into_tensor", "reduce_scatter_tensor",
@@ -54,18 +53,7 @@ def probe(tmp_path_factory):
 
 def events_of(probe, fn):
     """Run fn on a fresh default group, flush, return [(OpStart, OpEnd|None)]."""
-    probe.shutdown()
-    fresh_world()
-    fn()
-    probe.shutdown()
-    starts, ends = {}, {}
-    for b in load(probe.trace_path).batches:
-        for e in b.events:
-            if isinstance(e, OpStart):
-                starts[e.id] = e
-            elif isinstance(e, OpEnd):
-                ends[e.id] = e
-    return [(s, ends.get(i)) for i, s in sorted(starts.items())]
+    return ops_of(probe, lambda: (fresh_world(), fn()))
 
 
 def comparable(got):
@@ -253,20 +241,6 @@ def test_same_events_as_python_when_torch_raises_and_the_exception_is_unchanged(
     assert len(events_of(probe, lambda: dist.all_reduce(t))) == 1
 
 
-def stopped_sender(probe):
-    probe.shutdown()
-    probe.ensure_started()
-    s = probe.sender
-    s._stop.set()
-    s._wake.set()
-    s.thread.join(5)
-    assert not s.thread.is_alive()
-    if probe.sampler is not None:
-        probe.sampler.stop()
-    s.flush()
-    probe.queue.clear()
-
-
 def test_a_full_queue_counts_every_dropped_record_as_python_does(probe):
     from commviz.probe.patch import _wrap
 
@@ -282,7 +256,7 @@ def test_a_full_queue_counts_every_dropped_record_as_python_does(probe):
     kept = {}
     try:
         for f in (wrapped, wrapped._commviz_slow):
-            stopped_sender(probe)
+            stop_sender_thread(probe)
             f(t)  # this thread's state made
             probe.queue.clear()
             fast, dropped = wrapped.fast_calls, probe.health.dropped
