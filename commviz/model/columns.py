@@ -67,6 +67,13 @@ def _pick(events: Sequence, idx: np.ndarray) -> tuple:
     return itemgetter(*idx.tolist())(events) if len(idx) else ()
 
 
+def _interned(keys: list) -> tuple[np.ndarray, list]:
+    """Each key's code (its index among the distinct keys, in first-seen order) and
+    the distinct keys: a batch's starts share a few signatures, its ends a few tails."""
+    table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return np.fromiter(map(table.__getitem__, keys), np.int64, len(keys)), list(table)
+
+
 def rank_durations(start_t: np.ndarray, end_t: np.ndarray, device_ns: np.ndarray) -> np.ndarray:
     """Each rank's time in an op, as `Tracker.leave` takes it (`state.device_time_ns`):
     its device time where the probe measured one, else end minus start on the rank's
@@ -120,17 +127,11 @@ class Chunk:
             ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
             t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
             seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
-            keys = list(map(_sig, starts))
-            table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-            sig[sp] = np.fromiter(map(table.__getitem__, keys), np.int64, len(sp))
-            sigs = list(table)
+            sig[sp], sigs = _interned(list(map(_sig, starts)))
         if ends:
             ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
             t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
-            keys = list(map(_tail, ends))
-            table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-            tail[ep] = np.fromiter(map(table.__getitem__, keys), np.int64, len(ep))
-            tails = list(table)
+            tail[ep], tails = _interned(list(map(_tail, ends)))
         if at is None:
             at = np.arange(m, dtype=np.int64)
         else:
