@@ -32,6 +32,35 @@ import threading
 import time
 
 
+def stopped_fake_probe(stop_sampler: bool = False):
+    """A probe on torch's `fake` backend (world of 4, rank 0, no watcher, crash ring
+    off) whose sender thread is stopped, so the caller flushes it by hand on its own
+    thread; the sampler too if asked (it queues samples of its own). Returns
+    (probe, sender, suspended)."""
+    os.environ["COMMVIZ_ADDR"] = f"ipc://{tempfile.mkdtemp()}/nobody.sock"
+    os.environ["COMMVIZ_RING"] = "0"
+    import warnings
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    import commviz
+    from commviz.probe.patch import current, suspended
+
+    warnings.simplefilter("ignore")
+    commviz.instrument()
+    dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+    probe = current()
+    probe.ensure_started()
+    sender = probe.sender
+    sender._stop.set()
+    sender._wake.set()
+    sender.thread.join()
+    if stop_sampler and probe.sampler is not None:
+        probe.sampler.stop()
+    return probe, sender, suspended
+
+
 def timed(f, fargs, calls: int, flush) -> tuple[float, float]:
     """(wall, cpu) ns per call; cpu is the process's, every thread's, so the probe
     thread's flush is in it, and time the box gave to others is not."""

@@ -16,11 +16,10 @@ import collections
 import itertools
 import os
 import statistics
-import tempfile
 import threading
 import time
 
-from overhead import floors, med, spread
+from overhead import floors, med, spread, stopped_fake_probe
 
 
 def staircase(orig, probe_like):
@@ -110,26 +109,10 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
 
-    os.environ["COMMVIZ_ADDR"] = f"ipc://{tempfile.mkdtemp()}/nobody.sock"
-    os.environ["COMMVIZ_RING"] = "0"
-    import warnings
-
     import torch
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    import commviz
-    from commviz.probe.patch import current, suspended
-
-    warnings.simplefilter("ignore")
-    commviz.instrument()
-    dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
-    probe = current()
-    probe.ensure_started()
-    sender = probe.sender
-    sender._stop.set()  # flushed by hand below, on this thread
-    sender._wake.set()
-    sender.thread.join()
+    probe, sender, suspended = stopped_fake_probe()  # flushed by hand below, on this thread
     small = torch.ones(256)
     bare = dist.all_reduce._commviz_original
     dist.all_reduce(small)  # the group is known from here on

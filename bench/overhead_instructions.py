@@ -28,30 +28,15 @@ FLUSH_EVERY = 2000
 
 def loop(mode: str, n: int, op: str) -> None:
     """The measured process: set up, warm up, then `n` calls of `op` in `mode`."""
-    os.environ["COMMVIZ_ADDR"] = f"ipc://{tempfile.mkdtemp()}/nobody.sock"
-    os.environ["COMMVIZ_RING"] = "0"
     import collections
     import time
-    import warnings
 
     import torch
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    import commviz
-    from commviz.probe.patch import current, suspended
+    from overhead import stopped_fake_probe
 
-    warnings.simplefilter("ignore")
-    commviz.instrument()
-    dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
-    probe = current()
-    probe.ensure_started()
-    sender = probe.sender
-    sender._stop.set()  # flushed here, every FLUSH_EVERY calls
-    sender._wake.set()
-    sender.thread.join()
-    if probe.sampler is not None:
-        probe.sampler.stop()
+    probe, sender, suspended = stopped_fake_probe(stop_sampler=True)  # flushed here, every FLUSH_EVERY calls
     x, out = torch.ones(256), torch.empty(1024)
     fn, fargs = {"all_reduce": (dist.all_reduce, (x,)), "send": (dist.send, (x, 1)),
                  "all_gather_into_tensor": (dist.all_gather_into_tensor, (out, x))}[op]
