@@ -8,12 +8,17 @@ open, before zmq takes a frame from it: what zmq holds for the wire is then at m
 max_open × a few frames. A peer that sent a bad frame is closed (it may come back; it
 is closed again), so strangers hold no connection long. Handshakes that failed before
 ZAP was asked (a peer with no token speaks NULL to a PLAIN listener) are counted here:
-one monitor per socket."""
+one monitor per socket.
+
+The monitor is read by the ZAP handler's own thread, which takes every event queued
+before it answers: zmq reports a connection accepted before its handshake can ask ZAP
+(one I/O thread does both, in that order), so the count the answer rests on always
+holds the peer asking and every one before it. Read by a thread of its own, the
+monitor lagged on a loaded box and a flood got in past the cap."""
 
 from __future__ import annotations
 
 import socket
-import threading
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
@@ -51,28 +56,21 @@ class Connections:
         self.evicted = 0  # connections closed after a bad frame
         self.failed = 0  # handshakes that failed before ZAP was asked (no token)
         self._sock = sock
-        self._monitor = sock.get_monitor_socket(_EVENTS)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="commviz-conns", daemon=True)
+        # Read only by the ZAP handler's thread (token.Gate), like any zmq socket by one.
+        self.monitor = sock.get_monitor_socket(_EVENTS)
 
-    def start(self) -> "Connections":
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._monitor, zmq.POLLIN)
-        while not self._stop.is_set():
+    def drain(self) -> None:
+        """Take every event the monitor has queued, without waiting."""
+        while True:
             try:
-                if poller.poll(100):
-                    self.on_event(parse_monitor_message(self._monitor.recv_multipart()))
-            except zmq.ZMQError:
-                if self._stop.is_set():
-                    return
+                msg = self.monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.on_event(parse_monitor_message(msg))
 
     def room(self) -> bool:
-        """For the ZAP handler: may one more peer connect? (The one asking is counted
-        in `open` already when the monitor's news came first.)"""
+        """For the ZAP handler, after `drain`: may one more peer connect? (The one
+        asking is counted in `open` already.)"""
         return len(self.open) <= self.max_open
 
     def on_event(self, event: dict) -> None:
@@ -91,11 +89,9 @@ class Connections:
             self.evicted += 1
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(1)
+        """After the Gate that reads the monitor has stopped."""
         try:
             self._sock.disable_monitor()
         except zmq.ZMQError:
             pass
-        self._monitor.close(0)
+        self.monitor.close(0)

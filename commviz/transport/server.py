@@ -133,7 +133,8 @@ class Server:
             self._prepare_ipc(self._ipc_path)
         self._ctx = zmq.Context(io_threads=1)
         self._sock = self._bind(addr, token)
-        self.conns = Connections(self._sock, max_connections, count_failed=bool(token)).start()
+        self.conns = Connections(self._sock, max_connections, count_failed=bool(token))
+        self._gate.follow(self.conns).start()
         self._read = reader.reader(self._sock)
         self.reads_in_c = reader.fast()  # else pyzmq reads, a third as fast under a flood
         if kind == "tcp" and rest.endswith(":0"):
@@ -146,7 +147,7 @@ class Server:
         # Every peer is asked about by our ZAP handler before zmq takes a frame from it:
         # one too many is refused there, and with a token (PLAIN) a peer without it;
         # none of their frames reach us, and each is counted.
-        self._gate = tokens.Gate(self._ctx, token, room=self._room).start()
+        self._gate = tokens.Gate(self._ctx, token, room=self._room)  # started once it has the monitor
         tokens.serve(s, token)
         s.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)
         s.setsockopt(zmq.RCVHWM, RCVHWM)

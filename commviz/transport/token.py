@@ -76,11 +76,13 @@ class Gate:
     counts whom it turned away and why. ZAP is asked during the handshake, before zmq
     takes any frame from the peer, so a connection refused here costs no memory.
     Handshakes that fail before ZAP is asked (a peer with no token speaks NULL to our
-    PLAIN listener) are counted by the socket's monitor (transport/conns.py)."""
+    PLAIN listener) are counted by the socket's monitor (transport/conns.py), which
+    this thread reads too (`follow`), taking all it has queued before each answer."""
 
     def __init__(self, ctx: zmq.Context, token: str | None, room: Callable[[], bool] = lambda: True) -> None:
         self._token = token.encode() if token else None
         self._room = room
+        self._conns = None  # transport.conns.Connections, read by this thread
         self.denied = 0  # offered no valid token
         self.turned_away = 0  # one connection too many
         self._zap = ctx.socket(zmq.REP)
@@ -89,6 +91,11 @@ class Gate:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="commviz-zap", daemon=True)
 
+    def follow(self, conns) -> "Gate":
+        """Read this listener's monitor here (before `start`)."""
+        self._conns = conns
+        return self
+
     def start(self) -> "Gate":
         self._thread.start()
         return self
@@ -96,9 +103,14 @@ class Gate:
     def _run(self) -> None:
         poller = zmq.Poller()
         poller.register(self._zap, zmq.POLLIN)
+        if self._conns is not None:
+            poller.register(self._conns.monitor, zmq.POLLIN)
         while not self._stop.is_set():
             try:
-                if poller.poll(100):
+                ready = dict(poller.poll(100))
+                if self._conns is not None:
+                    self._conns.drain()  # every connection accepted before this request
+                if self._zap in ready:
                     self._zap.send_multipart(self.reply(self._zap.recv_multipart()))
             except zmq.ZMQError:
                 if self._stop.is_set():
