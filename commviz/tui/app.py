@@ -30,7 +30,7 @@ from commviz.tui.fmt import format_count, format_seconds
 from commviz.tui.snapshot import Fetched, Snapshot, fetch
 from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
-from commviz.tui.widgets.tables import AlertsTable, LinksTable, OpsTable, RanksTable
+from commviz.tui.widgets.tables import MAX_RANK_ROWS, AlertsTable, LinksTable, OpsTable, RanksTable
 from commviz.tui.widgets.summary import summary_renderable
 from commviz.tui.widgets.throughput import ThroughputPanel
 from commviz.tui.widgets.timeline import TimelineBar
@@ -195,7 +195,13 @@ class WatchApp(App):
     def data_tick(self) -> None:
         """The data clock: ask the update thread for a snapshot (the tables only
         every `table_every`-th time); it arrives as `SnapshotFetched`."""
-        tables = self.ticks % self.table_every == 0
+        every = self.table_every
+        if self.snapshot is not None and self.snapshot.info["nranks"] > MAX_RANK_ROWS:
+            # Past 128 ranks the tables' text changes on most rows every tick: once a
+            # second is as fast as it can be read, and it leaves the UI thread to the
+            # flow view's animation (bench/render.py: 12 -> ~18 frames/s at 1,024 ranks).
+            every *= 2
+        tables = self.ticks % every == 0
         self.ticks += 1
         if self._updater is not None:
             self._updater.schedule_update(tables)

@@ -227,10 +227,13 @@ class FlowView(Widget, can_focus=True):
     def _build(self) -> None:
         w, h, top = self._area()
         data = self.data
-        specs = tuple(NodeSpec(n.rank, n.host, n.gpu) for n in data.nodes)
-        key = (w, h, specs, tuple(sorted(data.fabric.items())))
+        # Plain tuples: at 1,024 ranks hashing and comparing them is C work, where
+        # NodeSpec dataclasses cost ~3 ms a snapshot.
+        places = tuple([(n.rank, n.host, n.gpu) for n in data.nodes])
+        key = (w, h, places, tuple(sorted(data.fabric.items())))
         if key != self._layout_key:
-            self.flow_layout = make_layout(list(specs), w, h, data.fabric) if specs else None
+            specs = [NodeSpec(*p) for p in places]
+            self.flow_layout = make_layout(specs, w, h, data.fabric) if specs else None
             self._layout_key = key
         lay = self.flow_layout
         W, H = self.size.width, self.size.height
@@ -263,8 +266,7 @@ class FlowView(Widget, can_focus=True):
         rates = data.rates
         peak = max((r.Bps for r in rates.values()), default=0.0)
         if lay.kind == "grid":
-            self._grid_activity(lay, top, rates, peak)
-            return
+            return  # no edges: _draw_grid spins the senders' cells
         edges = set(data.recent) | set(rates)
         # Quiet edges first, so active ones are drawn over them where they cross.
         for key in sorted(edges, key=lambda k: (k in rates, k)):
@@ -296,20 +298,6 @@ class FlowView(Widget, can_focus=True):
                 elif cv.ch[y + top][x] != " ":
                     cv.st[y + top][x] = "node-hung"
 
-    def _grid_activity(self, lay: Layout, top: int, rates: dict, peak: float) -> None:
-        """No edges in a grid: a sending rank's cell spins, faster the more it sends;
-        the focused rank's peers are underlined."""
-        tx: dict[int, float] = {}
-        for (s, _d), r in rates.items():
-            tx[s] = tx.get(s, 0.0) + r.Bps
-        status = {n.rank: n.status for n in self.data.nodes}
-        for x, y, cw, ranks in lay.cells:
-            bps = sum(tx.get(r, 0.0) for r in ranks)
-            st = _worst(status.get(r, RankStatus.OK) for r in ranks)
-            if bps > 0 and st in (RankStatus.OK, RankStatus.WAITING):
-                turns = 1.0 + 3.0 * (bps / peak if peak else 0.0)
-                self._spin.append((x, y + top, turns, f"pkt-{rate_level(bps)}"))
-
     def _draw_nodes(self, cv: Canvas, lay: Layout, top: int) -> None:
         data, focus = self.data, self.focus_rank
         peers: set[int] = set()
@@ -319,21 +307,11 @@ class FlowView(Widget, can_focus=True):
                     peers.add(d)
                 elif d == focus:
                     peers.add(s)
-        nodes = {n.rank: n for n in data.nodes}
         busy = {s for s, _ in data.rates} | {d for _, d in data.rates}
         if lay.kind == "grid":
-            for x, y, cw, ranks in lay.cells:
-                st = _worst(nodes[r].status for r in ranks if r in nodes)
-                text = GLYPH[st] + (str(ranks[0]) if cw > 2 and len(ranks) == 1 else "")
-                style = self._node_style(st, any(r in busy for r in ranks))
-                if focus in ranks:
-                    style += "+focus"
-                elif peers.intersection(ranks):
-                    style += "+peer"
-                cv.text(x, y + top, text.ljust(cw)[:cw], style)
-                if st in ALARMING:
-                    self._blink.append((x, y + top, text[:1], _blink_style(st)))
+            self._draw_grid(cv, lay, top, busy, peers)
             return
+        nodes = {n.rank: n for n in data.nodes}
         for rank, (x, y, w) in lay.nodes.items():
             n = nodes.get(rank)
             st = n.status if n is not None else RankStatus.OK
@@ -347,6 +325,50 @@ class FlowView(Widget, can_focus=True):
             cv.text(x, y + top, text, style)
             if st in ALARMING:
                 self._blink.append((x, y + top, text, _blink_style(st)))
+
+    def _draw_grid(self, cv: Canvas, lay: Layout, top: int, busy: set[int], peers: set[int]) -> None:
+        """A cell per rank (or per few): its glyph and style, and a spin where it sends
+        (faster the more it sends). One pass over the cells, a single rank's cell read
+        without sets or generators: at 1,024 ranks this is most of a snapshot's
+        drawing, four times a second."""
+        data, focus = self.data, self.focus_rank
+        tx: dict[int, float] = {}
+        for (s, _d), r in data.rates.items():
+            tx[s] = tx.get(s, 0.0) + r.Bps
+        peak = max((r.Bps for r in data.rates.values()), default=0.0)
+        status = {n.rank: n.status for n in data.nodes}
+        ok, calm = RankStatus.OK, (RankStatus.OK, RankStatus.WAITING)
+        spin, blink = self._spin, self._blink
+        looks: dict[tuple, tuple[str, str]] = {}  # (status, busy, number or "") -> (glyph text, style)
+        W, H = cv.w, cv.h
+        for x, y, cw, ranks in lay.cells:
+            y += top
+            if len(ranks) == 1:
+                r = ranks[0]
+                st = status.get(r, ok)
+                bps = tx.get(r, 0.0)
+                is_busy = r in busy
+                mark = "+focus" if r == focus else ("+peer" if r in peers else "")
+                label = str(r) if cw > 2 else ""
+            else:
+                st = _worst(status.get(r, ok) for r in ranks)
+                bps = sum(tx.get(r, 0.0) for r in ranks)
+                is_busy = any(r in busy for r in ranks)
+                mark = "+focus" if focus in ranks else ("+peer" if peers.intersection(ranks) else "")
+                label = ""
+            look = looks.get((st, is_busy, label))
+            if look is None:
+                look = looks[st, is_busy, label] = ((GLYPH[st] + label).ljust(cw)[:cw], self._node_style(st, is_busy))
+            text, style = look
+            if 0 <= y < H and 0 <= x and x + cw <= W:
+                cv.ch[y][x:x + cw] = text
+                cv.st[y][x:x + cw] = [style + mark] * cw
+            else:
+                cv.text(x, y, text, style + mark)
+            if st in ALARMING:
+                blink.append((x, y, text[:1], _blink_style(st)))
+            if bps > 0 and st in calm:
+                spin.append((x, y, 1.0 + 3.0 * (bps / peak if peak else 0.0), f"pkt-{rate_level(bps)}"))
 
     @staticmethod
     def _node_style(status: RankStatus, busy: bool) -> str:

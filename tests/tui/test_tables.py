@@ -1,0 +1,141 @@
+"""The dashboard's tables: which ranks get a row past 128, and that what is drawn
+follows the data when `sync` writes changed cells straight into the DataTable."""
+
+from __future__ import annotations
+
+import pytest
+from rich.text import Text
+from textual.app import App
+from textual.widgets import DataTable
+
+from commviz.model.diagnosis import RankStatus
+from commviz.tui.widgets import tables
+from commviz.tui.widgets.tables import MAX_RANK_ROWS, SnapshotTable, pick_rank_rows
+
+
+def rows(n: int, status: dict[int, RankStatus] | None = None) -> list[dict]:
+    status = status or {}
+    return [{"rank": r, "status": str(status.get(r, RankStatus.OK))} for r in range(n)]
+
+
+def shown(picked: list[dict]) -> list[int]:
+    return [r["rank"] for r in picked]
+
+
+def test_past_the_limit_trouble_and_the_focus_get_rows_and_busy_ranks_do_not():
+    # Ranks inside a collective are `waiting` for a moment on every tick of a healthy job:
+    # they must not push the lowest ranks out (the rows would churn four times a second).
+    waiting = {r: RankStatus.WAITING for r in range(0, 1024, 3)}
+    assert shown(pick_rank_rows(rows(1024, waiting), None)) == list(range(MAX_RANK_ROWS))
+    trouble = waiting | {900: RankStatus.HUNG, 901: RankStatus.DEAD, 902: RankStatus.MISSING}
+    got = shown(pick_rank_rows(rows(1024, trouble), focus=700))
+    assert len(got) == MAX_RANK_ROWS and got == sorted(got)
+    assert {700, 900, 901, 902} <= set(got)
+    assert got[:MAX_RANK_ROWS - 4] == list(range(MAX_RANK_ROWS - 4))
+    # the worst first when trouble alone overflows the table
+    many = {r: RankStatus.HUNG for r in range(200)} | {r: RankStatus.DEAD for r in range(500, 510)}
+    got = shown(pick_rank_rows(rows(1024, many), None))
+    assert set(range(500, 510)) <= set(got) and len(got) == MAX_RANK_ROWS
+    assert shown(pick_rank_rows(rows(5, waiting), None)) == [0, 1, 2, 3, 4]
+
+
+class Counts(SnapshotTable):
+    COLUMNS = [("name", "name", False), ("n", "n", True)]
+
+    def show(self, snap) -> None:  # driven by `sync` directly here
+        pass
+
+
+class One(App):
+    def compose(self):
+        yield Counts(id="t")
+
+
+def drawn(table: DataTable) -> list[str]:
+    return [table.render_line(y).text.rstrip() for y in range(table.row_count + 1)]
+
+
+@pytest.mark.asyncio
+async def test_what_is_drawn_follows_each_sync_and_only_changed_cells_are_rendered_again(monkeypatch):
+    assert tables._FAST_SYNC, "Textual changed: sync and the cell cache fall back to the public API"
+    renders = []  # cells rendered, by Rich (DataTable) or by _text_lines
+    real, built = DataTable._render_cell, SnapshotTable._text_lines
+
+    def counting(real):
+        def render(self, cell_or_row, *a, **kw):
+            if isinstance(cell_or_row, Text):
+                renders.append(a[:2])
+            else:
+                renders.append((cell_or_row, a[0]))
+            return real(self, cell_or_row, *a, **kw)
+        return render
+
+    monkeypatch.setattr(DataTable, "_render_cell", counting(real))
+    monkeypatch.setattr(SnapshotTable, "_text_lines", counting(built))
+    app = One()
+    async with app.run_test(size=(40, 10)) as pilot:
+        t = app.query_one(Counts)
+
+        def sync(values):
+            t.sync([(name, (name, Text(str(v), justify="right"))) for name, v in values])
+
+        sync([("a", 1), ("b", 2), ("c", 3)])
+        await pilot.pause()
+        assert [line.split() for line in drawn(t)][1:] == [["a", "1"], ["b", "2"], ["c", "3"]]
+        renders.clear()
+        sync([("a", 1), ("b", 7), ("c", 3)])  # one cell changed
+        await pilot.pause()
+        assert [line.split() for line in drawn(t)][1:] == [["a", "1"], ["b", "7"], ["c", "3"]]
+        body = {rc for rc in renders if rc[0] >= 0}
+        assert body == {(1, 1)}, body  # row b, column n; the rest came from the cache
+        sync([("a", 1), ("b", 123456789), ("c", 3)])  # wider than its column: it grows
+        await pilot.pause()
+        await pilot.pause()
+        assert [line.split() for line in drawn(t)][1:] == [["a", "1"], ["b", "123456789"], ["c", "3"]]
+        t.cursor_type = "row"
+        t.move_cursor(row=2)
+        await pilot.pause()
+        assert drawn(t)[3].split() == ["c", "3"]  # drawn again under the cursor, same text
+
+
+@pytest.mark.asyncio
+async def test_cells_built_without_rich_are_what_datatable_draws(monkeypatch):
+    """Every body cell the dashboard's tables draw (zebra rows, the cursor row, the
+    fixed rank column, right- and left-justified, styled and plain, dark and light):
+    the lines `_text_lines` builds equal DataTable's own rendering through Rich."""
+    from commviz.tui.app import WatchApp
+
+    from .scenes import busy_ring
+
+    calls = []
+    real, fast_lines = DataTable._render_cell, SnapshotTable._text_lines
+
+    def recording(self, cell, row_index, column_index, base_style, width, cursor, hover):
+        calls.append((self, row_index, column_index, base_style, width, cursor, hover))
+        return fast_lines(self, cell, row_index, column_index, base_style, width, cursor, hover)
+
+    monkeypatch.setattr(SnapshotTable, "_text_lines", recording)
+    feed = busy_ring(world=16, ops=30)
+    app = WatchApp(feed, title="cells")
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        ranks = app.query_one("#ranks", DataTable)
+        ranks.focus()
+        ranks.move_cursor(row=3)
+        await pilot.pause()
+        app.theme = "textual-light"
+        await pilot.pause()
+        assert len(calls) > 100
+        built = 0
+        for table, r, c, base, width, cursor, hover in calls:
+            cell = table._data[table._row_locations.get_key(r)][table._column_locations.get_key(c)]
+            if type(cell) is not Text:
+                continue
+            fast = fast_lines(table, cell, r, c, base, width, cursor, hover)
+            if fast is None:
+                continue
+            table._update_count += 1  # past DataTable's own cache
+            slow = real(table, r, c, base, width, cursor, hover)
+            assert fast == slow, (type(table).__name__, r, c, cell)
+            built += 1
+        assert built > 100
