@@ -5,7 +5,10 @@ divided by the extra calls, for the bare op, the minimal recorder (two clock rea
 and one tuple append) and the instrumented op. Slow: each run is a few minutes
 under valgrind; the two lengths of one mode run at once.
 
-    python bench/overhead_instructions.py [--op all_reduce|send|all_gather_into_tensor] [--modes bare,minimal,probe]
+    python bench/overhead_instructions.py [--op all_reduce|send|all_gather_into_tensor] [--modes bare,minimal,probe,probe+ring]
+
+`probe+ring` is the probe with its crash ring on (in a temporary directory), as it
+is with COMMVIZ_TRACE_DIR.
 
 Compare trees by running it with each on PYTHONPATH. Instructions are not time (a
 cache miss costs more than an add), but a change that removes work shows here
@@ -37,6 +40,20 @@ def loop(mode: str, n: int, op: str) -> None:
     from overhead import stopped_fake_probe
 
     probe, sender, suspended = stopped_fake_probe(stop_sampler=True)  # flushed here, every FLUSH_EVERY calls
+    if mode == "probe+ring":
+        import dataclasses
+
+        os.environ["COMMVIZ_RING_DIR"] = tempfile.mkdtemp()
+        probe.shutdown()
+        probe.cfg = dataclasses.replace(probe.cfg, ring=True)
+        probe.ensure_started()
+        sender = probe.sender
+        sender._stop.set()
+        sender._wake.set()
+        sender.thread.join()
+        if probe.sampler is not None:
+            probe.sampler.stop()
+        assert probe.ring_start is not None
     x, out = torch.ones(256), torch.empty(1024)
     fn, fargs = {"all_reduce": (dist.all_reduce, (x,)), "send": (dist.send, (x, 1)),
                  "all_gather_into_tensor": (dist.all_gather_into_tensor, (out, x))}[op]
@@ -52,8 +69,8 @@ def loop(mode: str, n: int, op: str) -> None:
         app((t0, clock()))
         return r
 
-    call = {"bare": orig, "minimal": minimal, "probe": fn}[mode]
-    with suspended() if mode != "probe" else _nothing():
+    call = {"bare": orig, "minimal": minimal, "probe": fn, "probe+ring": fn}[mode]
+    with suspended() if not mode.startswith("probe") else _nothing():
         for i in range(n):
             call(*fargs)
             if i % FLUSH_EVERY == FLUSH_EVERY - 1:

@@ -2,9 +2,10 @@
  * in C: the per-op cost every user pays.
  *
  * A FastWrapper holds what _fast_wrapper precomputes at patch time. Its call handles
- * only the common case: positional arguments, not nested, the probe started, the
- * crash ring off, CUDA not initialised, a plain torch.Tensor, a known group (or the
- * default one), a p2p peer given, the reduce op absent or the default object. Any
+ * only the common case: positional arguments, not nested, the probe started, CUDA
+ * not initialised, a plain torch.Tensor, a known group (or the default one), a p2p
+ * peer given, the reduce op absent or the default object, and with the crash ring on
+ * a dtype of the known ones. Any
  * other call goes, before anything is changed, to the Python wrapper (`slow`) with the
  * same arguments, which does what it always did; but a call nested in another wrapped
  * call whose bytes are not its children's (send's isend) goes straight to torch's
@@ -12,7 +13,9 @@
  *
  * In the common case it does what the Python code does, in the same order: the
  * sequence number, next(ids), the clock (CLOCK_MONOTONIC, as time.monotonic_ns), the
- * deferred start list, the append (or health.dropped += 1), depth 1, the call; on an
+ * deferred start list (with the crash ring on: the start tuple, its bytes, dtype name
+ * and shape read here, and ring_start(op_id, start) after the append; ring_end(op_id,
+ * t1) after the end's), the append (or health.dropped += 1), depth 1, the call; on an
  * exception depth 0, _failed(probe, name, op_id, exc) and the same exception raised
  * again; else depth 0 and either the END tuple (a blocking op, not coalesced) or the
  * Python `complete(op_id, t0, peer, g, result)`. A C-API failure after the sequence
@@ -30,7 +33,7 @@ typedef struct {
     PyObject *dict;
     PyObject *orig, *slow, *probe, *tls, *name, *queue, *append, *ids, *groups, *health;
     PyObject *seq_key, *red_default, *red_default_name, *start_c, *end_c, *cuda, *tensor_type;
-    PyObject *failed, *complete, *unprobed;
+    PyObject *failed, *complete, *unprobed, *dtypes;
     PyObject *probe_dict, *cuda_dict, *group_type; /* read directly: see fw_new */
     Py_ssize_t off_pg, off_seq, off_gid, off_p2p_seq; /* GroupInfo's slots */
     PyObject *st_cached; /* tls.s of the thread that called last (a thread's list is never replaced) */
@@ -40,6 +43,7 @@ typedef struct {
     unsigned long long fast_calls, slow_calls, nested_calls;
 } FastWrapper;
 
+static PyObject *s_ring_end, *s_nbytes, *s_dtype, *s_shape;
 static PyObject *s_s, *s_started, *s_ring_start, *s_initialized, *s_default_group, *s_pg, *s_seq, *s_p2p_seq,
     *s_gid, *s_dropped, *s_empty, *s_empty_tuple, *i_minus1, *i_0, *i_1;
 
@@ -156,11 +160,13 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         return call_slow(self, args, nargsf, kwnames);
     }
     PyObject *g = NULL, *peer = NULL;
+    PyObject *ring_b, *ring = NULL, *nbytes = NULL, *dtname = NULL, *shape = NULL; /* the crash ring's */
     int is_async;
     /* probe.started, probe.ring_start, torch.cuda._initialized: plain attributes
        (fw_new checked no descriptor of those names), read from the objects' dicts */
     if (PyDict_GetItemWithError(self->probe_dict, s_started) != Py_True) goto slow_clear;
-    if (PyDict_GetItemWithError(self->probe_dict, s_ring_start) != Py_None) goto slow_clear;
+    ring_b = PyDict_GetItemWithError(self->probe_dict, s_ring_start); /* borrowed */
+    if (ring_b == NULL) goto slow_clear;
     if (PyDict_GetItemWithError(self->cuda_dict, s_initialized) != Py_False) goto slow_clear;
     if (self->bi >= n) goto slow;
     PyObject *x = args[self->bi];
@@ -200,6 +206,21 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         }
         Py_INCREF(g);
         if (Py_TYPE(g) != (PyTypeObject *)self->group_type || SLOT(g, self->off_pg) != group) goto slow;
+    }
+    if (ring_b != Py_None) { /* the ring needs the start now, as Python builds it: read before anything changes */
+        ring = ring_b;
+        Py_INCREF(ring); /* the writer this call began with, as in Python (shutdown may swap it) */
+        if ((nbytes = PyObject_GetAttr(x, s_nbytes)) == NULL) goto slow_clear;
+        PyObject *dt = PyObject_GetAttr(x, s_dtype);
+        if (dt == NULL) goto slow_clear;
+        dtname = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
+        Py_DECREF(dt);
+        if (dtname == NULL || !PyUnicode_CheckExact(dtname) || PyUnicode_GET_LENGTH(dtname) == 0) {
+            dtname = NULL;
+            goto slow_clear; /* a dtype without a known name: Python names it */
+        }
+        Py_INCREF(dtname);
+        if ((shape = PyObject_GetAttr(x, s_shape)) == NULL) goto slow_clear;
     }
     Py_INCREF(peer);
 
@@ -247,19 +268,33 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (t0 == NULL) goto unprobed;
     PyObject *gid = slot_get(g, self->off_gid, s_gid);
     if (gid == NULL) goto unprobed;
-    start = PyList_New(13);
+    start = ring != NULL ? PyTuple_New(13) : PyList_New(13);
     if (start == NULL) {
         Py_DECREF(gid);
         goto unprobed;
     }
-    /* [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red] */
+    /* deferred: [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red];
+       for the ring: (START, op_id, t, name, gid, seq, nbytes, dtype, shape, peer, -1, is_async, red) */
     PyObject *items[13] = {self->start_c, op_id, t0, self->name, gid, seq, x, s_empty, s_empty_tuple, peer,
                            i_minus1, is_async ? Py_True : Py_False, self->red_default_name};
+    if (ring != NULL) {
+        items[6] = nbytes;
+        items[7] = dtname;
+        items[8] = shape;
+    }
     for (int i = 0; i < 13; i++) {
         if (i != 4) Py_INCREF(items[i]); /* gid: its reference moves in */
-        PyList_SET_ITEM(start, i, items[i]);
+        if (ring != NULL)
+            PyTuple_SET_ITEM(start, i, items[i]);
+        else
+            PyList_SET_ITEM(start, i, items[i]);
     }
     if (push(self, start) < 0) goto unprobed;
+    if (ring != NULL) {
+        PyObject *r = PyObject_CallFunctionObjArgs(ring, op_id, start, NULL);
+        if (r == NULL) goto unprobed;
+        Py_DECREF(r);
+    }
 
     self->fast_calls++;
     set_depth(st, i_1); /* st[DEPTH] = 1 */
@@ -293,8 +328,19 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (result == Py_None && PyList_GET_SIZE(st) > COALESCED && PyList_GET_ITEM(st, COALESCED) == Py_None) {
         PyObject *t1 = mono_ns();
         PyObject *end = t1 == NULL ? NULL : PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1);
+        if (end == NULL || push(self, end) < 0) {
+            Py_CLEAR(result);
+        } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
+            PyObject *ring_end = PyDict_GetItemWithError(self->probe_dict, s_ring_end); /* borrowed */
+            PyObject *r = ring_end == NULL ? NULL : PyObject_CallFunctionObjArgs(ring_end, op_id, t1, NULL);
+            if (r == NULL) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "probe.ring_end");
+                Py_CLEAR(result);
+            } else {
+                Py_DECREF(r);
+            }
+        }
         Py_XDECREF(t1);
-        if (end == NULL || push(self, end) < 0) Py_CLEAR(result);
         Py_XDECREF(end);
         goto done;
     }
@@ -313,6 +359,10 @@ done:
     Py_XDECREF(op_id);
     Py_XDECREF(t0);
     Py_XDECREF(start);
+    Py_XDECREF(ring);
+    Py_XDECREF(nbytes);
+    Py_XDECREF(dtname);
+    Py_XDECREF(shape);
     return result;
 
 unprobed: {
@@ -344,6 +394,10 @@ slow_clear:
 slow:
     Py_DECREF(st);
     Py_XDECREF(g);
+    Py_XDECREF(ring);
+    Py_XDECREF(nbytes);
+    Py_XDECREF(dtname);
+    Py_XDECREF(shape);
     return call_slow(self, args, nargsf, kwnames);
 }
 
@@ -369,6 +423,7 @@ static int fw_traverse(FastWrapper *self, visitproc visit, void *arg) {
     Py_VISIT(self->failed);
     Py_VISIT(self->complete);
     Py_VISIT(self->unprobed);
+    Py_VISIT(self->dtypes);
     Py_VISIT(self->probe_dict);
     Py_VISIT(self->cuda_dict);
     Py_VISIT(self->group_type);
@@ -398,6 +453,7 @@ static int fw_clear(FastWrapper *self) {
     Py_CLEAR(self->failed);
     Py_CLEAR(self->complete);
     Py_CLEAR(self->unprobed);
+    Py_CLEAR(self->dtypes);
     Py_CLEAR(self->probe_dict);
     Py_CLEAR(self->cuda_dict);
     Py_CLEAR(self->group_type);
@@ -415,21 +471,22 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"orig", "slow", "probe", "tls", "name", "queue", "cap", "ids", "groups", "health",
                              "p2p", "always_async", "seq_key", "bi", "gi", "ai", "ri", "pi", "red_default",
                              "red_default_name", "START", "END", "cuda", "Tensor", "failed", "complete",
-                             "unprobed", "GroupInfo", NULL};
+                             "unprobed", "GroupInfo", "dtypes", NULL};
     PyObject *orig, *slow, *probe, *tls, *name, *queue, *ids, *groups, *health, *seq_key, *red_default,
-        *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed, *group_type;
+        *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed, *group_type,
+        *dtypes;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOOO!:FastWrapper", kwlist, &orig, &slow,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOOO!O!:FastWrapper", kwlist, &orig, &slow,
                                      &probe, &tls, &name, &queue, &cap, &ids, &PyDict_Type, &groups, &health, &p2p,
                                      &always_async, &seq_key, &bi, &gi, &ai, &ri, &pi, &red_default,
                                      &red_default_name, &start_c, &end_c, &cuda, &PyType_Type, &tensor_type, &failed,
-                                     &complete, &unprobed, &PyType_Type, &group_type))
+                                     &complete, &unprobed, &PyType_Type, &group_type, &PyDict_Type, &dtypes))
         return NULL;
     /* The attributes read from dicts must be plain ones: no descriptor of that name
        on the type (a property would be skipped), and the dicts exist. */
-    PyObject *names[] = {s_started, s_ring_start, s_default_group};
-    for (int i = 0; i < 3; i++)
+    PyObject *names[] = {s_started, s_ring_start, s_ring_end, s_default_group};
+    for (int i = 0; i < 4; i++)
         if (_PyType_Lookup(Py_TYPE(probe), names[i]) != NULL)
             return PyErr_Format(PyExc_TypeError, "probe.%U is not a plain attribute", names[i]);
     if (!PyModule_Check(cuda) || _PyType_Lookup(Py_TYPE(cuda), s_initialized) != NULL)
@@ -478,6 +535,7 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     SET(ids, ids) SET(groups, groups) SET(health, health) SET(seq_key, seq_key) SET(red_default, red_default);
     SET(red_default_name, red_default_name) SET(start_c, start_c) SET(end_c, end_c) SET(cuda, cuda);
     SET(tensor_type, tensor_type) SET(failed, failed) SET(complete, complete) SET(unprobed, unprobed);
+    SET(dtypes, dtypes);
 #undef SET
     self->append = append;
     self->cap = cap;
@@ -555,7 +613,8 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
     INTERN(s_s, "s") INTERN(s_started, "started") INTERN(s_ring_start, "ring_start");
     INTERN(s_initialized, "_initialized") INTERN(s_default_group, "default_group") INTERN(s_pg, "pg");
     INTERN(s_seq, "seq") INTERN(s_p2p_seq, "p2p_seq") INTERN(s_gid, "gid") INTERN(s_dropped, "dropped");
-    INTERN(s_empty, "");
+    INTERN(s_empty, "") INTERN(s_ring_end, "ring_end") INTERN(s_nbytes, "nbytes") INTERN(s_dtype, "dtype");
+    INTERN(s_shape, "shape");
 #undef INTERN
     if ((s_empty_tuple = PyTuple_New(0)) == NULL) return NULL;
     if ((i_minus1 = PyLong_FromLong(-1)) == NULL) return NULL;

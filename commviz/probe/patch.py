@@ -188,7 +188,7 @@ def _c_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe, slow):
     return _CFastWrapper(orig, slow, probe, probe.tls, name, probe.queue, probe.cfg.queue_cap, probe.ids,
                          probe.groups, probe.health, p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default,
                          red_default_name, START, END, torch.cuda, torch.Tensor, _failed, complete, _unprobed,
-                         GroupInfo)
+                         GroupInfo, _DTYPE_NAMES)
 
 
 def _nested(orig, am: ArgMap, probe):

@@ -30,8 +30,7 @@ def fresh_world():
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
-    """The probe with the crash ring off: the C wrapper's case (with it on, every call
-    goes to Python)."""
+    """The probe with the crash ring off (`ring_on` turns it on)."""
     from commviz.probe.patch import install
 
     d = tmp_path_factory.mktemp("trace")
@@ -319,3 +318,59 @@ def test_it_pickles_and_copies_by_name_as_a_function_does(probe):
     w = c_wrapper("all_reduce")
     assert pickle.loads(pickle.dumps(w)) is w
     assert copy.deepcopy(w) is w and copy.copy(w) is w
+
+
+@pytest.fixture
+def ring_on(probe):
+    """The crash ring on (the default with a trace dir): `read()` gives what it holds
+    now, as `commviz summary` recovers it from a rank that died."""
+    from commviz.trace.ring import read_ring
+
+    cfg = probe.cfg
+    probe.shutdown()
+    probe.cfg = dataclasses.replace(cfg, ring=True)
+
+    def read():
+        return read_ring(probe.ring.path)[2]
+
+    yield read
+    probe.shutdown()
+    probe.cfg = cfg
+
+
+def test_with_the_crash_ring_on_calls_are_taken_in_c_with_the_same_events_and_ring(probe, ring_on):
+    t, out = torch.ones(16), torch.empty(16 * WORLD)
+    rings = {}
+
+    def job(w):
+        probe.ensure_started()
+        w("all_reduce")(t)
+        w("all_reduce")(t)
+        w("all_reduce")(t.half())
+        w("send")(t, 1)
+        w("isend")(t, 2).wait()  # not blocking: its end reaches the ring through the probe
+        w("all_gather_into_tensor")(out, t)
+        w("all_reduce")(torch.ones(2, 3, dtype=torch.int64))
+        rings[w is c_wrapper] = ring_on()
+
+    def ring_view(events):
+        first = events[0].id
+        return [(type(e).__name__, e.id - first) + ((e.op, e.seq, e.bytes, e.dtype, list(e.shape), e.peer,
+                                                      e.is_async, e.reduce_op) if type(e).__name__ == "OpStart"
+                                                     else (e.t > 0,)) for e in events]
+
+    from commviz.probe.names import dtype_name
+
+    for dt in (torch.float16, torch.int64):
+        dtype_name(dt)  # a dtype's first call names it, in Python; C reads the names it has
+    before = {n: c_wrapper(n).fast_calls for n in FAST_OPS}
+    got = run_both(probe, job)
+    taken = {n: c_wrapper(n).fast_calls - before[n] for n in FAST_OPS}
+    # all but the first all_reduce: on a fresh world Python learns the default group
+    assert taken["all_reduce"] == 3 and taken["send"] == 1 and taken["isend"] == 1
+    assert [(s.op, s.dtype, list(s.shape)) for s, _ in got][:3] == [
+        ("all_reduce", "float32", [16]), ("all_reduce", "float32", [16]), ("all_reduce", "float16", [16])]
+    assert ring_view(rings[True]) == ring_view(rings[False])
+    starts = [e for e in rings[True] if type(e).__name__ == "OpStart"]
+    assert [e.op for e in starts] == ["all_reduce"] * 3 + ["send", "isend", "all_gather_into_tensor", "all_reduce"]
+    assert sum(type(e).__name__ == "OpEnd" for e in rings[True]) >= 6  # the blocking ones, written in C
