@@ -292,7 +292,17 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (push(self, start) < 0) goto unprobed;
     if (ring != NULL) {
         PyObject *r = PyObject_CallFunctionObjArgs(ring, op_id, start, NULL);
-        if (r == NULL) goto unprobed;
+        if (r == NULL) { /* as Python: an Exception is the probe's (health.internal), the op goes on */
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) goto raise; /* Ctrl-C: up, the op not run */
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            PyErr_NormalizeException(&et, &ev, &tb);
+            r = PyObject_CallMethod(self->health, "internal", "sO", "ring", ev != NULL ? ev : Py_None);
+            Py_XDECREF(et);
+            Py_XDECREF(ev);
+            Py_XDECREF(tb);
+            if (r == NULL) goto unprobed;
+        }
         Py_DECREF(r);
     }
 
@@ -331,8 +341,10 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         if (end == NULL || push(self, end) < 0) {
             Py_CLEAR(result);
         } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
-            PyObject *ring_end = PyDict_GetItemWithError(self->probe_dict, s_ring_end); /* borrowed */
+            PyObject *ring_end = PyDict_GetItemWithError(self->probe_dict, s_ring_end);
+            Py_XINCREF(ring_end);
             PyObject *r = ring_end == NULL ? NULL : PyObject_CallFunctionObjArgs(ring_end, op_id, t1, NULL);
+            Py_XDECREF(ring_end);
             if (r == NULL) {
                 if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "probe.ring_end");
                 Py_CLEAR(result);
@@ -365,7 +377,12 @@ done:
     Py_XDECREF(shape);
     return result;
 
+raise: /* a BaseException that is not an Exception (KeyboardInterrupt, SystemExit): up, as from Python */
+    result = NULL;
+    goto done;
+
 unprobed: {
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) goto raise;
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
     PyErr_NormalizeException(&et, &ev, &tb);
@@ -390,6 +407,15 @@ unprobed: {
 }
 
 slow_clear:
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) { /* Ctrl-C in a read: up, as Python */
+        Py_DECREF(st);
+        Py_XDECREF(g);
+        Py_XDECREF(ring);
+        Py_XDECREF(nbytes);
+        Py_XDECREF(dtname);
+        Py_XDECREF(shape);
+        return NULL;
+    }
     PyErr_Clear();
 slow:
     Py_DECREF(st);

@@ -326,7 +326,10 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                 else:
                     health.dropped += 1  # the sender is stuck: drop, count, go on
                 if ring is not None:  # the crash ring (trace/ring.py)
-                    ring(op_id, start)
+                    try:
+                        ring(op_id, start)
+                    except Exception as exc:  # the op is recorded all the same: its start is queued
+                        health.internal("ring", exc)
         except Exception as exc:
             return _unprobed(orig, args, kwargs, probe, name, exc)
         if g is None:

@@ -93,8 +93,11 @@ def _slot_writers(m, encode):
                 # payload under this op id is skipped by the reader.
                 pack_head(m, off, 0, 0, 0, op_id)
                 return
-        m[off + head : off + head + n] = payload
-        pack_head(m, off, 0, 1, n, op_id)
+        try:
+            m[off + head : off + head + n] = payload
+            pack_head(m, off, 0, 1, n, op_id)
+        except ValueError:  # closed: the probe shut down while this call began on another thread
+            pass
 
     def end(op_id: int, t: int) -> None:
         try:

@@ -11,10 +11,13 @@ ZAP was asked (a peer with no token speaks NULL to a PLAIN listener) are counted
 one monitor per socket.
 
 The monitor is read by the ZAP handler's own thread, which takes every event queued
-before it answers: zmq reports a connection accepted before its handshake can ask ZAP
-(one I/O thread does both, in that order), so the count the answer rests on always
-holds the peer asking and every one before it. Read by a thread of its own, the
-monitor lagged on a loaded box and a flood got in past the cap."""
+before it answers. With one I/O thread (the server's context has one) the event of a
+connection accepted is sent before that thread can run the connection's handshake,
+so the count the answer rests on always holds the peer asking and every one before
+it. Read by a thread of its own, the monitor lagged on a loaded box and a flood got in
+past the cap. The count may also hold peers accepted after the one asking: in a burst
+of connections near the cap one that would fit can be refused; it connects again
+(zmq retries), and is admitted once there is room."""
 
 from __future__ import annotations
 

@@ -355,11 +355,12 @@ class Server:
             self.thread.join(2)
         reading = self.thread.is_alive()  # stuck in a callback: its socket stays open
         self._inbox.close()
-        self._gate.close()
-        self.conns.close()
-        if not reading:  # closing a socket another thread reads frees what it reads
+        gate_stopped = self._gate.close()
+        if gate_stopped:  # else its thread still polls the monitor: leave both open
+            self.conns.close()
+        if not reading and gate_stopped:  # closing a socket another thread reads frees what it reads
             self._sock.close()
-            self._ctx.term()
+            self._ctx.term()  # waits for every socket: none may be left open
         if not self._inbox.thread.is_alive():  # else it may still wake us: leave the pipe
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)

@@ -85,6 +85,7 @@ class Gate:
         self._conns = None  # transport.conns.Connections, read by this thread
         self.denied = 0  # offered no valid token
         self.turned_away = 0  # one connection too many
+        self.errors = 0  # passes of this thread that failed (it goes on: a dead one would stall every handshake)
         self._zap = ctx.socket(zmq.REP)
         self._zap.setsockopt(zmq.LINGER, 0)
         self._zap.bind(ZAP_ENDPOINT)
@@ -115,6 +116,9 @@ class Gate:
             except zmq.ZMQError:
                 if self._stop.is_set():
                     return
+                self.errors += 1
+            except Exception:
+                self.errors += 1
 
     def reply(self, req: list[bytes]) -> list[bytes]:
         """ZAP: [version, id, domain, address, identity, mechanism, *credentials]."""
@@ -132,8 +136,14 @@ class Gate:
             return [version, rid, b"400", b"too many connections", b"", b""]
         return [version, rid, b"200", b"OK", USER, b""]
 
-    def close(self) -> None:
+    def close(self) -> bool:
+        """Stop the thread and close the ZAP socket; False if the thread did not stop
+        (its sockets, the monitor included, are then left open: closing a socket
+        another thread polls is undefined)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(1)
+        if self._thread.is_alive():
+            return False
         self._zap.close(0)
+        return True

@@ -378,3 +378,46 @@ def test_with_the_crash_ring_on_calls_are_taken_in_c_with_the_same_events_and_ri
     starts = [e for e in rings[True] if type(e).__name__ == "OpStart"]
     assert [e.op for e in starts] == ["all_reduce"] * 3 + ["send", "isend", "all_gather_into_tensor", "all_reduce"]
     assert sum(type(e).__name__ == "OpEnd" for e in rings[True]) >= 6  # the blocking ones, written from C
+
+
+def test_a_failing_ring_is_the_probes_error_and_ctrl_c_in_it_goes_up_unrun(probe, ring_on):
+    """Both wrappers: a ring writer that raises an Exception is counted as the probe's
+    internal error and the op is recorded and run all the same; a KeyboardInterrupt
+    raised in it reaches the user and torch's function is not called."""
+    from commviz.probe.patch import _wrap
+
+    calls = []
+
+    def op(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        calls.append(1)
+
+    wrapped = _wrap(op, ops.CATALOGUE["all_reduce"], probe)
+    assert type(wrapped).__name__ == "FastWrapper"
+    t = torch.ones(4)
+    stop_sender_thread(probe)  # nothing drains the queue while we read it
+    wrapped(t)  # this thread's state and the group, in Python
+    for f in (wrapped, wrapped._commviz_slow):
+        good = probe.ring_start
+        try:
+            def broken(op_id, start):
+                raise OSError("disk gone")
+
+            probe.ring_start = broken
+            errors, n, fast = probe.health.internal_errors, len(calls), wrapped.fast_calls
+            f(t)
+            assert len(calls) == n + 1 and probe.health.internal_errors == errors + 1
+            assert (wrapped.fast_calls - fast) == (1 if f is wrapped else 0)
+            assert [r[0] for r in list(probe.queue)[-2:]] == ["start", "end"]  # recorded
+
+            def interrupted(op_id, start):
+                raise KeyboardInterrupt
+
+            probe.ring_start = interrupted
+            with pytest.raises(KeyboardInterrupt):
+                f(t)
+            assert len(calls) == n + 1 and probe.health.internal_errors == errors + 1
+        finally:
+            probe.ring_start = good
+        from commviz.probe.core import DEPTH, thread_state
+
+        assert thread_state(probe.tls)[DEPTH] == 0  # the next call is an event again

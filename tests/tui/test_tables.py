@@ -92,6 +92,12 @@ async def test_what_is_drawn_follows_each_sync_and_only_changed_cells_are_render
         await pilot.pause()
         await pilot.pause()
         assert [line.split() for line in drawn(t)][1:] == [["a", "1"], ["b", "123456789"], ["c", "3"]]
+        # the same words in another style (a hung rank's op turns bold): drawn again
+        t.sync([(name, (name, Text(str(v), justify="right", style="bold" if name == "c" else "")))
+                for name, v in [("a", 1), ("b", 123456789), ("c", 3)]])
+        await pilot.pause()
+        assert any(seg.style is not None and seg.style.bold and seg.text.strip() == "3"
+                   for seg in t.render_line(3))
         t.cursor_type = "row"
         t.move_cursor(row=2)
         await pilot.pause()

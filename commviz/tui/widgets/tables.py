@@ -111,6 +111,14 @@ def _cell_width(value) -> int:
     return value.cell_len if isinstance(value, Text) else len(str(value))
 
 
+def _differs(new, cur) -> bool:
+    """Rich's Text equality reads the text and its spans, not its own style: a hung
+    rank's op turning bold, the same words, would not be redrawn."""
+    if new != cur:
+        return True
+    return isinstance(new, Text) and (new.style != cur.style or new.justify != cur.justify)
+
+
 class SnapshotTable(DataTable):
     """A DataTable that shows one part of a `Snapshot`; set `snapshot` to redraw."""
 
@@ -165,7 +173,7 @@ class SnapshotTable(DataTable):
             if key in self.rows:
                 row = data[key] if data is not None else None
                 for ck, col, new, cur in zip(col_keys, cols, cells, self.get_row(key)):
-                    if new != cur:
+                    if _differs(new, cur):
                         grow = col is not None and _cell_width(new) > col.content_width
                         if row is None or grow:
                             self.update_cell(key, ck, new, update_width=grow)
@@ -246,9 +254,13 @@ class SnapshotTable(DataTable):
         self._drawn_cells.clear()
         super().notify_style_update()
 
-    def clear(self, columns: bool = False):
-        self._drawn_cells.clear()
-        return super().clear(columns)
+    def _clear_caches(self) -> None:
+        """DataTable clears its caches when what a cell looks like may have changed
+        (cursor shown or not, fixed rows or columns, clear, sort): so does this one."""
+        cells = self.__dict__.get("_drawn_cells")  # DataTable's __init__ may clear before ours ran
+        if cells:
+            cells.clear()
+        super()._clear_caches()
 
 
 
@@ -355,6 +367,7 @@ def _textual_has_what_sync_needs() -> bool:
     except (AttributeError, ValueError, TypeError):
         return False
     return (params[:7] == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"]
+            and hasattr(DataTable, "_clear_caches")
             and {"_data", "_update_count", "_row_locations", "_column_locations", "_show_hover_cursor",
                  "cursor_foreground_priority", "cursor_background_priority"} <= names
             and all(hasattr(DataTable, a) for a in ("_get_styles_to_render_cell", "cell_padding", "fixed_rows",
