@@ -161,7 +161,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     PyObject *g = NULL, *peer = NULL;
     PyObject *ring_b, *ring = NULL, *nbytes = NULL, *dtname = NULL, *shape = NULL; /* the crash ring's */
-    int is_async;
+    int is_async, going_up = 0;
     /* probe.started, probe.ring_start, torch.cuda._initialized: plain attributes
        (fw_new checked no descriptor of those names), read from the objects' dicts */
     if (PyDict_GetItemWithError(self->probe_dict, s_started) != Py_True) goto slow_clear;
@@ -407,16 +407,10 @@ unprobed: {
 }
 
 slow_clear:
-    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception)) { /* Ctrl-C in a read: up, as Python */
-        Py_DECREF(st);
-        Py_XDECREF(g);
-        Py_XDECREF(ring);
-        Py_XDECREF(nbytes);
-        Py_XDECREF(dtname);
-        Py_XDECREF(shape);
-        return NULL;
-    }
-    PyErr_Clear();
+    if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_Exception))
+        going_up = 1; /* Ctrl-C in a read: up, as from Python */
+    else
+        PyErr_Clear();
 slow:
     Py_DECREF(st);
     Py_XDECREF(g);
@@ -424,7 +418,7 @@ slow:
     Py_XDECREF(nbytes);
     Py_XDECREF(dtname);
     Py_XDECREF(shape);
-    return call_slow(self, args, nargsf, kwnames);
+    return going_up ? NULL : call_slow(self, args, nargsf, kwnames);
 }
 
 static int fw_traverse(FastWrapper *self, visitproc visit, void *arg) {
