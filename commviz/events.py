@@ -107,6 +107,7 @@ END = OpEnd.__struct_config__.tag
 _AT = {f: i + 1 for i, f in enumerate(OpStart.__struct_fields__)}
 S_ID, S_T, S_BYTES, S_DTYPE, S_SHAPE = _AT["id"], _AT["t"], _AT["bytes"], _AT["dtype"], _AT["shape"]
 E_ID, E_T = 1 + OpEnd.__struct_fields__.index("id"), 1 + OpEnd.__struct_fields__.index("t")
+E_ERROR = 1 + OpEnd.__struct_fields__.index("error")
 
 
 def start_record(op_id: int, t: int, op: str, group: str, seq: int, nbytes: int, dtype: str = "", shape=(),

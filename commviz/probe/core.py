@@ -16,7 +16,7 @@ import threading
 import time
 
 from commviz import ops as opcat
-from commviz.events import E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
+from commviz.events import E_ERROR, E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name, reduce_name
@@ -69,7 +69,7 @@ class Rec:
         self.backend = backend
 
 
-def _no_ring_end(op_id: int, t: int) -> None:
+def _no_ring_end(op_id: int, t: int, failed: bool = False) -> None:
     pass
 
 
@@ -271,7 +271,7 @@ class Probe:
         if self.ring_start is not None and type(rec) is tuple:
             try:
                 if rec[0] == END:
-                    self.ring_end(rec[E_ID], rec[E_T])
+                    self.ring_end(rec[E_ID], rec[E_T], bool(rec[E_ERROR]))
                 else:
                     self.ring_start(rec[S_ID], rec)
             except Exception as exc:

@@ -10,7 +10,8 @@ recover the ops it started — the fatal one included — and those it finished.
 Layout: a 64-byte header (magic, version, rank, pid, slots, slot size), then `slots`
 fixed slots. Slot i holds op id ≡ i (mod slots):
     [0:8]  end time (monotonic ns, 0 while in flight)
-    [8]    state: 0 empty, 1 started, 2 ended
+    [8]    state: 0 empty, 1 started, 2 ended, 3 failed (ended with an error; the
+           message is not kept: it is recovered as FAILED_IN_RING)
     [10:12] payload length      [16:24] op id
     [24:]  payload: the msgpack of the op's start, as on the wire
 The payload is written before the header fields that point at it, and a reader
@@ -29,7 +30,7 @@ import msgspec
 from commviz.events import S_SHAPE, OpEnd, OpStart
 
 MAGIC = b"CVZR"
-VERSION = 1
+VERSION = 2  # 2: state 3, an op that failed
 HEADER = struct.Struct("<4sHHiiII")
 HEADER_SIZE = 64
 SLOTS = 1024  # a power of two
@@ -40,6 +41,10 @@ PAYLOAD_MAX = SLOT_SIZE - SLOT_HEAD.size
 SUFFIX = ".ring"
 
 _start_decoder = msgspec.msgpack.Decoder(OpStart)
+# The error of a failed op recovered from a ring (its slot keeps no message). Without
+# it a failed op read back from the ring of a rank that did not exit cleanly looked
+# finished: its end was stamped like a success.
+FAILED_IN_RING = "failed (the crash ring keeps no message)"
 
 
 class RingError(ValueError):
@@ -99,9 +104,9 @@ def _slot_writers(m, encode):
         except ValueError:  # closed: the probe shut down while this call began on another thread
             pass
 
-    def end(op_id: int, t: int) -> None:
+    def end(op_id: int, t: int, failed: bool = False) -> None:
         try:
-            pack_end(m, HEADER_SIZE + (op_id & mask) * SLOT_SIZE, t, 2)
+            pack_end(m, HEADER_SIZE + (op_id & mask) * SLOT_SIZE, t, 3 if failed else 2)
         except ValueError:  # closed: the probe shut down while this op ran on another thread
             pass
 
@@ -125,7 +130,7 @@ def read_ring(path: str | os.PathLike) -> tuple[int, int, list]:
     for i in range(slots):
         off = HEADER_SIZE + i * slot_size
         end_t, state, n, op_id = SLOT_HEAD.unpack_from(data, off)
-        if state not in (1, 2) or n > slot_size - SLOT_HEAD.size:
+        if state not in (1, 2, 3) or n > slot_size - SLOT_HEAD.size:
             continue
         try:
             start = _start_decoder.decode(data[off + SLOT_HEAD.size : off + SLOT_HEAD.size + n])
@@ -133,7 +138,10 @@ def read_ring(path: str | os.PathLike) -> tuple[int, int, list]:
             continue
         if start.id != op_id:
             continue  # caught mid-write
-        found.append((op_id, start, OpEnd(op_id, end_t) if state == 2 and end_t else None))
+        end = None
+        if state >= 2 and end_t:
+            end = OpEnd(op_id, end_t, FAILED_IN_RING) if state == 3 else OpEnd(op_id, end_t)
+        found.append((op_id, start, end))
     events = []
     for _, start, end in sorted(found, key=lambda x: x[0]):
         events.append(start)

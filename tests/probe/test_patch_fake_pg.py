@@ -245,6 +245,23 @@ def test_crash_ring_through_the_hot_path_keeps_the_last_1024_ops_and_their_ends(
     assert all(ends[i].t >= starts[i].t for i in ids)
 
 
+def test_an_op_torch_rejects_is_failed_in_the_crash_ring_too(probe):
+    """The ring of a rank that died after an op failed says it failed (it said the op
+    finished: its end was stamped like a success)."""
+    from commviz.trace.ring import FAILED_IN_RING, read_ring
+
+    probe.shutdown()  # a fresh ring
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    with pytest.raises(ValueError):
+        dist.send(t, 0)  # to itself: torch's check raises inside the wrapped call
+    events = read_ring(probe.trace_path.parent / "rank-0.ring")[2]  # both ends written on this thread
+    probe.shutdown()
+    ends = {e.id: e for e in events if isinstance(e, OpEnd)}
+    first, second = sorted(ends)
+    assert ends[first].error == "" and ends[second].error == FAILED_IN_RING
+
+
 class _NoTruth(list):
     """A tensor list that fails if asked its truth value: for a one-element list of
     GPU tensors, that question reads the tensor and synchronizes the device."""

@@ -63,3 +63,17 @@ def test_records_built_for_the_queue_decode_as_the_events():
     assert (s.id, s.t, s.op, s.group, s.seq, s.bytes, s.shape, s.peer, s.batched) == (7, 10, "send", "g", 2, 64, [16], 1, True)
     e = msgspec.msgpack.decode(msgspec.msgpack.encode(end_record(7, 12, "", 8, 1)), type=OpEnd)
     assert (e.id, e.t, e.bytes, e.peer) == (7, 12, 8, 1)
+
+
+def test_an_op_that_failed_is_read_back_as_failed_not_as_finished(tmp_path):
+    """A rank that does not exit cleanly after an op failed (a peer died: torchrun
+    kills the rest) leaves that op in its ring: it must not read back as a success."""
+    from commviz.trace.ring import FAILED_IN_RING
+
+    w = write_ops(tmp_path / "r.ring", 3, ended=lambda i: i < 2)
+    w.end(2, 900_000, failed=True)
+    starts, ends = by_id(read_ring(w.path)[2])
+    assert sorted(starts) == [0, 1, 2]
+    assert [ends[i].error for i in (0, 1)] == ["", ""]
+    assert ends[2].error == FAILED_IN_RING and ends[2].t == 900_000
+    w.close(delete=True)
