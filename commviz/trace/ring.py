@@ -87,20 +87,19 @@ def _slot_writers(m, encode):
 
     def start(op_id: int, record: tuple) -> None:
         payload = encode(record)
+        if len(payload) > pmax:  # a huge shape: keep the rest of the start
+            payload = encode(record[:S_SHAPE] + ((),) + record[S_SHAPE + 1 :])
         n = len(payload)
         off = HEADER_SIZE + (op_id & mask) * SLOT_SIZE
-        if n > pmax:  # a huge shape: keep the rest of the start
-            payload = encode(record[:S_SHAPE] + ((),) + record[S_SHAPE + 1 :])
-            n = len(payload)
+        try:
             if n > pmax:
                 # Still too big: the slot must not keep the op it held 1,024 ops ago,
                 # or this op's end would mark that stale start as ended. An empty
                 # payload under this op id is skipped by the reader.
                 pack_head(m, off, 0, 0, 0, op_id)
-                return
-        try:
-            m[off + head : off + head + n] = payload
-            pack_head(m, off, 0, 1, n, op_id)
+            else:
+                m[off + head : off + head + n] = payload
+                pack_head(m, off, 0, 1, n, op_id)
         except ValueError:  # closed: the probe shut down while this call began on another thread
             pass
 

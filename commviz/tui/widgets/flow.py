@@ -262,11 +262,11 @@ class FlowView(Widget, can_focus=True):
         self._place_overlay(repaint=False)
 
     def _draw_edges(self, cv: Canvas, lay: Layout, top: int) -> None:
+        if lay.kind == "grid":
+            return  # no edges: _draw_grid spins the senders' cells
         data, focus = self.data, self.focus_rank
         rates = data.rates
         peak = max((r.Bps for r in rates.values()), default=0.0)
-        if lay.kind == "grid":
-            return  # no edges: _draw_grid spins the senders' cells
         edges = set(data.recent) | set(rates)
         # Quiet edges first, so active ones are drawn over them where they cross.
         for key in sorted(edges, key=lambda k: (k in rates, k)):
