@@ -4,7 +4,6 @@ built and used (a silent fall back to Python fails these tests), and it gives th
 same events as the Python wrapper on torch's `fake` backend, call for call."""
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
@@ -13,7 +12,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from commviz import ops  # noqa: E402
-from tests.probe.test_patch_fake_pg import ops_of, stop_sender_thread  # noqa: E402
+from tests.probe.test_patch_fake_pg import installed_probe, ops_of, stop_sender_thread  # noqa: E402
 
 WORLD = 4
 FAST_OPS = ("all_reduce", "send", "recv", "isend", "irecv", "all_gather_into_tensor", "reduce_scatter_tensor",
@@ -31,23 +30,15 @@ def fresh_world():
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory):
     """The probe with the crash ring off (`ring_on` turns it on)."""
-    from commviz.probe.patch import install
-
-    d = tmp_path_factory.mktemp("trace")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
-    p = install(trace_dir=str(d))
-    assert p is not None
-    cfg = p.cfg
-    p.shutdown()
-    p.cfg = dataclasses.replace(cfg, ring=False)
-    fresh_world()
-    p.trace_path = Path(p.cfg.trace_dir) / "rank-0.cvz"
-    yield p
-    p.shutdown()
-    p.cfg = cfg
-    dist.destroy_process_group()
-    mp.undo()
+    with installed_probe(tmp_path_factory) as p:
+        cfg = p.cfg
+        p.shutdown()
+        p.cfg = dataclasses.replace(cfg, ring=False)
+        fresh_world()
+        yield p
+        p.shutdown()
+        p.cfg = cfg
+        dist.destroy_process_group()
 
 
 def events_of(probe, fn):

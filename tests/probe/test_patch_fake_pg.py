@@ -2,6 +2,7 @@
 is one event with exact bytes, peer/root, group and sequence number, and user code
 never notices the patch."""
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -21,23 +22,33 @@ from commviz.trace.file import load  # noqa: E402
 WORLD = 4
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory):
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
+@contextlib.contextmanager
+def installed_probe(tmp_path_factory):
+    """The process's probe, installed with a trace dir and an address nobody listens
+    on; `trace_path` is its rank 0 trace file."""
     from commviz.probe.patch import install
 
     d = tmp_path_factory.mktemp("trace")
     mp = pytest.MonkeyPatch()
     mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
-    p = install(trace_dir=str(d))
-    assert p is not None
-    dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
-    p.trace_path = Path(p.cfg.trace_dir) / "rank-0.cvz"  # the first install's, if another module installed
-    yield p
-    p.shutdown()
-    dist.destroy_process_group()
-    mp.undo()
+    try:
+        p = install(trace_dir=str(d))
+        assert p is not None
+        p.trace_path = Path(p.cfg.trace_dir) / "rank-0.cvz"  # the first install's, if another module installed
+        yield p
+    finally:
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    with installed_probe(tmp_path_factory) as p:
+        dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
+        yield p
+        p.shutdown()
+        dist.destroy_process_group()
 
 
 @pytest.fixture(params=["ring on", "ring off"])
