@@ -20,6 +20,8 @@
  * again; else depth 0 and either the END tuple (a blocking op, not coalesced) or the
  * Python `complete(op_id, t0, peer, g, result)`. A C-API failure after the sequence
  * number was taken runs the call unrecorded through Python's `_unprobed`.
+ *
+ * The module's `drain` is the sender thread's loop over what it popped (below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -291,7 +293,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (push(self, start) < 0) goto unprobed;
     if (ring != NULL) {
-        PyObject *r = PyObject_CallFunctionObjArgs(ring, op_id, start, NULL);
+        PyObject *ring_args[2] = {op_id, start};
+        PyObject *r = PyObject_Vectorcall(ring, ring_args, 2, NULL);
         if (r == NULL) { /* as Python: an Exception is the probe's (health.internal), the op goes on */
             if (!PyErr_ExceptionMatches(PyExc_Exception)) goto raise; /* Ctrl-C: up, the op not run */
             PyObject *et, *ev, *tb;
@@ -343,7 +346,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
             PyObject *ring_end = PyDict_GetItemWithError(self->probe_dict, s_ring_end);
             Py_XINCREF(ring_end);
-            PyObject *r = ring_end == NULL ? NULL : PyObject_CallFunctionObjArgs(ring_end, op_id, t1, NULL);
+            PyObject *end_args[2] = {op_id, t1};
+            PyObject *r = ring_end == NULL ? NULL : PyObject_Vectorcall(ring_end, end_args, 2, NULL);
             Py_XDECREF(ring_end);
             if (r == NULL) {
                 if (!PyErr_Occurred()) PyErr_SetString(PyExc_AttributeError, "probe.ring_end");
@@ -625,7 +629,85 @@ static PyTypeObject FastWrapperType = {
     .tp_new = fw_new,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwrap", NULL, -1, NULL};
+/* drain(records, inflight, fields, START, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)): the
+ * sender's loop over what it popped (probe/sender.py, _drain, which does the same in
+ * Python where this is not built), a few dozen instructions a record instead of a
+ * few hundred: a deferred start (a list, its tensor in the bytes field) gets the
+ * tensor's bytes, dtype and shape from fields(x) -> (x, nbytes, dtype, shape), once
+ * per tensor per batch (the cache holds each tensor while it runs, so an address
+ * stands for one tensor), and goes in flight; a start tuple goes in flight; any other
+ * tuple is an end and leaves it. Every other record is returned, in order, for
+ * Python to look at. */
+static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    Py_ssize_t ix[5];
+    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyTuple_CheckExact(args[4]) ||
+        PyTuple_GET_SIZE(args[4]) != 5)
+        return PyErr_Format(PyExc_TypeError, "drain(records, inflight, fields, START, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID))");
+    for (int i = 0; i < 5; i++)
+        if ((ix[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[4], i))) < 0)
+            return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "a negative index");
+    Py_ssize_t need = 0;
+    for (int i = 0; i < 4; i++) need = ix[i] >= need ? ix[i] + 1 : need;
+    PyObject *recs = args[0], *inflight = args[1], *fields = args[2], *start_c = args[3];
+    PyObject *others = PyList_New(0), *tensors = PyDict_New();
+    if (others == NULL || tensors == NULL) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
+        PyObject *rec = PyList_GET_ITEM(recs, i);
+        if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) >= need) {
+            Py_INCREF(rec); /* fields() runs Python, which could empty the list we walk */
+            PyObject *x = PyList_GET_ITEM(rec, ix[1]);
+            Py_INCREF(x);
+            PyObject *key = PyLong_FromVoidPtr(x), *hit = NULL;
+            if (key != NULL && (hit = PyDict_GetItemWithError(tensors, key)) != NULL) {
+                Py_INCREF(hit);
+            } else if (key != NULL && !PyErr_Occurred()) {
+                hit = PyObject_CallOneArg(fields, x);
+                if (hit != NULL && (!PyTuple_CheckExact(hit) || PyTuple_GET_SIZE(hit) != 4)) {
+                    Py_CLEAR(hit);
+                    PyErr_SetString(PyExc_TypeError, "fields(x) must return (x, nbytes, dtype, shape)");
+                }
+                if (hit != NULL && PyDict_SetItem(tensors, key, hit) < 0) Py_CLEAR(hit);
+            }
+            Py_XDECREF(key);
+            Py_DECREF(x);
+            int ok = hit != NULL && PyList_GET_SIZE(rec) >= need;
+            for (int f = 1; ok && f < 4; f++) {
+                PyObject *v = PyTuple_GET_ITEM(hit, f);
+                Py_INCREF(v);
+                ok = PyList_SetItem(rec, ix[f], v) == 0;
+            }
+            ok = ok && PyDict_SetItem(inflight, PyList_GET_ITEM(rec, ix[0]), rec) == 0;
+            Py_XDECREF(hit);
+            Py_DECREF(rec);
+            if (!ok) goto fail;
+        } else if (PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) > ix[0] && PyTuple_GET_SIZE(rec) > ix[4]) {
+            PyObject *tag = PyTuple_GET_ITEM(rec, 0);
+            int is_start = tag == start_c ? 1 : PyObject_RichCompareBool(tag, start_c, Py_EQ);
+            if (is_start < 0) goto fail;
+            if (is_start) {
+                if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0) goto fail;
+            } else if (PyDict_DelItem(inflight, PyTuple_GET_ITEM(rec, ix[4])) < 0) {
+                if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto fail;
+                PyErr_Clear();
+            }
+        } else if (PyList_Append(others, rec) < 0) {
+            goto fail;
+        }
+    }
+    Py_DECREF(tensors);
+    return others;
+fail:
+    Py_XDECREF(others);
+    Py_XDECREF(tensors);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"drain", (PyCFunction)(void (*)(void))fast_drain, METH_FASTCALL, "the sender's loop over popped records"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastwrap", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__fastwrap(void) {
 #define INTERN(v, s) \

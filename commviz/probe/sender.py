@@ -17,6 +17,12 @@ from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRA
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
+try:  # optional, built by the README's pip install (setup.py)
+    from commviz.probe._fastwrap import drain as _c_drain
+except ImportError:
+    _c_drain = None
+_LAYOUT = (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)
+
 # The training thread queues ops as plain tuples in the layout events.py defines
 # (start_record / end_record); rarer events are queued as Structs.
 
@@ -121,12 +127,16 @@ class Sender:
     def _drain(self) -> list:
         q = self.queue
         out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
+        if _c_drain is not None:  # the loop below, in C (probe/_fastwrap.c)
+            self._note(_c_drain(out, self.inflight, self._tensor_fields, START, _LAYOUT))
+            return out
         inflight = self.inflight
         # A start queued as a list carries its tensor in the bytes field (probe/patch.py's
         # deferred path): its bytes, dtype and shape are read here, once per tensor per
         # batch. The cache holds each tensor while it does, so an id stands for one
         # tensor throughout the batch.
         tensors: dict = {}
+        others = []
         for rec in out:
             kind = type(rec)
             if kind is list:
@@ -141,14 +151,22 @@ class Sender:
                     inflight[rec[S_ID]] = rec
                 else:
                     inflight.pop(rec[E_ID], None)
-            elif isinstance(rec, GroupDef):
+            else:
+                others.append(rec)
+        self._note(others)
+        return out
+
+    def _note(self, others: list) -> None:
+        """What the sender keeps of records that are not ops: groups and the host's
+        topology, for a watcher that connects later."""
+        for rec in others:
+            if isinstance(rec, GroupDef):
                 self.groups.append(rec)
             elif isinstance(rec, HostTopology):
                 # schema 2's kind, queued once by the sampler thread: this rank's frames
                 # say 2 from here on (as after an Audit), a resync's too
                 self.topology = rec
                 self.schema = max(self.schema, HOST_TOPOLOGY_SINCE)
-        return out
 
     def _tensor_fields(self, x) -> tuple:
         try:

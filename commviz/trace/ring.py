@@ -29,6 +29,11 @@ import msgspec
 
 from commviz.events import S_SHAPE, OpEnd, OpStart
 
+try:  # optional, built by the README's pip install (setup.py)
+    from commviz.trace import _fastring
+except ImportError:
+    _fastring = None
+
 MAGIC = b"CVZR"
 VERSION = 2  # 2: state 3, an op that failed
 HEADER = struct.Struct("<4sHHiiII")
@@ -53,9 +58,9 @@ class RingError(ValueError):
 
 class RingWriter:
     """Rank side. `start(op_id, record)` and `end(op_id, t)` run on the caller's
-    thread: an encode and two memory writes, no system call. They are closures
-    over the mapping (no attribute reads per op); this is the one copy of the slot
-    layout's writing side, the hot path calls it."""
+    thread: an encode and two memory writes, no system call. They are C's where it
+    is built (no Python per op), else closures over the mapping; the hot path calls
+    them, and this module is the one definition of the slot layout they write."""
 
     def __init__(self, path: str, rank: int) -> None:
         import mmap
@@ -69,16 +74,32 @@ class RingWriter:
         finally:
             os.close(fd)
         HEADER.pack_into(self._m, 0, MAGIC, VERSION, 0, rank, os.getpid(), SLOTS, SLOT_SIZE)
-        self.start, self.end = _slot_writers(self._m, msgspec.msgpack.Encoder().encode)
+        self.start, self.end, self._release = slot_writers(self._m)
 
     def close(self, delete: bool) -> None:
         """A clean exit leaves nothing to recover: the ring is removed."""
+        self._release()
         self._m.close()
         if delete:
             try:
                 os.unlink(self.path)
             except OSError:
                 pass
+
+
+def slot_writers(m, fast: bool = True):
+    """(start, end, release) over the writable buffer `m`: C's (trace/_fastring.c)
+    where it is built and writes this layout, else Python's. `release` lets `m` go
+    (C holds its buffer); the writers do nothing after it."""
+    py_start, py_end = _slot_writers(m, msgspec.msgpack.Encoder().encode)
+    if fast and _fastring is not None and (_fastring.SLOT_HEAD, _fastring.END_HEAD) == (SLOT_HEAD.format, END_HEAD.format):
+        w = _fastring.SlotWriter(m, HEADER_SIZE, SLOTS, SLOT_SIZE, S_SHAPE, py_start)
+        return w.start, w.end, w.release
+    return py_start, py_end, _nothing
+
+
+def _nothing() -> None:
+    pass
 
 
 def _slot_writers(m, encode):

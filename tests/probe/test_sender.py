@@ -342,3 +342,42 @@ def test_frames_stay_under_the_wire_limit_and_an_event_too_big_for_any_is_counte
     assert [e.id for f in streamed for e in f.events if isinstance(e, OpStart)] == list(range(4000))
     assert s.health.dropped == 1 and len(emitted) == delivered(s.client) + 1
     assert capsys.readouterr().err.count(f"an event over {MAX_WIRE_FRAME >> 10} KiB") == 1
+
+
+def test_the_c_drain_leaves_what_the_python_drain_leaves(monkeypatch):
+    """The sender's loop over what it pops (probe/_fastwrap.c's drain, where built):
+    the same records out, each deferred start with its tensor's fields, the same ops
+    in flight, groups and topology kept, whatever the mix."""
+    import copy
+
+    import torch
+
+    from commviz.events import HOST_TOPOLOGY_SINCE, Counters, HostTopology, end_record, start_record
+
+    assert sender_mod._c_drain is not None, "commviz/probe/_fastwrap.c was not built (pip install -e .)"
+    a, b = torch.ones(4, 2), torch.zeros(3, dtype=torch.int8)
+
+    def deferred(op_id, x):
+        return [START, op_id, 5, "all_reduce", "0", op_id, x, "", (), -1, -1, False, "SUM"]
+
+    def mix():
+        return [deferred(0, a), GroupDef("g1", [0, 1], "gloo"), deferred(1, b), deferred(2, a),
+                end_record(0, 9), start_record(3, 6, "send", "0", 0, 8, "int8", [8], peer=1),
+                Counters(7, 0, 0, 0), end_record(3, 10), end_record(99, 11),  # an end whose start went before
+                HostTopology(1, "node0", {"gpus": []}), deferred(4, a), end_record(2, 12)]
+
+    def drained(c_drain):
+        monkeypatch.setattr(sender_mod, "_c_drain", c_drain)
+        s, q = make_sender()
+        s.inflight[99] = ("start", 99)
+        q.extend(mix())
+        out = s._drain()
+        return ([copy.copy(r) if isinstance(r, list) else r for r in out], dict(s.inflight), s.groups,
+                s.topology, s.schema)
+
+    c, py = drained(sender_mod._c_drain), drained(None)
+    assert c == py
+    out, inflight, groups, topology, schema = c
+    assert out[0][6:9] == [32, "float32", torch.Size([4, 2])] and out[2][6:9] == [3, "int8", torch.Size([3])]
+    assert sorted(inflight) == [1, 4] and [g.group for g in groups] == ["g1"]
+    assert topology.host == "node0" and schema == HOST_TOPOLOGY_SINCE

@@ -1,0 +1,319 @@
+/* The crash ring's slot writers in C: what trace/ring.py's Python writers do, on
+ * every op of a job with the ring on, without their Python.
+ *
+ * The layout is ring.py's: it hands over the header size, the slot count and size and
+ * the index of the shape in a start, and binds these writers only where its slot
+ * head's struct format is SLOT_HEAD below (and its end's END_HEAD), so the layout
+ * is still defined once and a change there falls back to Python rather than
+ * writing the old one here.
+ *
+ * A start is packed as msgpack straight into its slot, with msgspec's encodings
+ * (the smallest form of each int, string and array length): the payload is "the
+ * msgpack of the op's start, as on the wire", the same bytes (tests/trace compares
+ * them). A value this packer does not take (a float, a dict, an int past 64 bits)
+ * sends the whole start to the Python writer, which encodes it with msgspec.
+ * Packing runs no Python code, so nothing can close the mapping while a slot is
+ * written; the buffer is held from construction to release(), which ring.py calls
+ * before closing the mapping, and after which both writers do nothing (as Python's
+ * do on a closed mapping).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SLOT_HEAD_FORMAT "<qBxHxxxxq" /* end_t, state, payload length, op id */
+#define END_HEAD_FORMAT "<qB"         /* end_t, state */
+#define HEAD 24
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer buf;
+    int held;
+    Py_ssize_t base, mask, slot_size, shape_at;
+    PyObject *py_start; /* the Python writer, for a start this packer does not take */
+    unsigned long long packed, handed;
+} SlotWriter;
+
+/* ---- msgpack, as msgspec writes it */
+
+typedef struct {
+    uint8_t *p, *end;
+} Out;
+
+enum { OK = 0, FULL = -1, FOREIGN = -2 };
+
+static int put(Out *o, const void *src, size_t n) {
+    if ((size_t)(o->end - o->p) < n) return FULL;
+    memcpy(o->p, src, n);
+    o->p += n;
+    return OK;
+}
+
+static int put_be(Out *o, uint8_t tag, uint64_t v, int width) {
+    uint8_t b[9];
+    b[0] = tag;
+    for (int i = 0; i < width; i++) b[1 + i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+    return put(o, b, 1 + width);
+}
+
+static int pack_int(Out *o, PyObject *v) {
+    int overflow;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow > 0) { /* msgspec takes up to 2**64 - 1 */
+        unsigned long long u = PyLong_AsUnsignedLongLong(v);
+        if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return FOREIGN;
+        }
+        return put_be(o, 0xcf, u, 8);
+    }
+    if (overflow < 0) return FOREIGN;
+    if (x == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return FOREIGN;
+    }
+    if (x >= 0) {
+        if (x < 128) {
+            uint8_t b = (uint8_t)x;
+            return put(o, &b, 1);
+        }
+        if (x < 256) return put_be(o, 0xcc, (uint64_t)x, 1);
+        if (x < 65536) return put_be(o, 0xcd, (uint64_t)x, 2);
+        if (x < 4294967296LL) return put_be(o, 0xce, (uint64_t)x, 4);
+        return put_be(o, 0xcf, (uint64_t)x, 8);
+    }
+    if (x >= -32) {
+        uint8_t b = (uint8_t)(int8_t)x;
+        return put(o, &b, 1);
+    }
+    if (x >= -128) return put_be(o, 0xd0, (uint64_t)x, 1);
+    if (x >= -32768) return put_be(o, 0xd1, (uint64_t)x, 2);
+    if (x >= -2147483648LL) return put_be(o, 0xd2, (uint64_t)x, 4);
+    return put_be(o, 0xd3, (uint64_t)x, 8);
+}
+
+static int pack_str(Out *o, PyObject *v) {
+    Py_ssize_t n;
+    const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+    if (s == NULL) { /* a lone surrogate: msgspec's to say */
+        PyErr_Clear();
+        return FOREIGN;
+    }
+    int r;
+    if (n < 32) {
+        uint8_t b = (uint8_t)(0xa0 | n);
+        r = put(o, &b, 1);
+    } else if (n < 256) {
+        r = put_be(o, 0xd9, (uint64_t)n, 1);
+    } else if (n < 65536) {
+        r = put_be(o, 0xda, (uint64_t)n, 2);
+    } else {
+        r = put_be(o, 0xdb, (uint64_t)n, 4);
+    }
+    return r != OK ? r : put(o, s, (size_t)n);
+}
+
+static int pack_len(Out *o, Py_ssize_t n) {
+    if (n < 16) {
+        uint8_t b = (uint8_t)(0x90 | n);
+        return put(o, &b, 1);
+    }
+    if (n < 65536) return put_be(o, 0xdc, (uint64_t)n, 2);
+    return put_be(o, 0xdd, (uint64_t)n, 4);
+}
+
+static int pack_value(Out *o, PyObject *v, int depth);
+
+static int pack_items(Out *o, PyObject *const *items, Py_ssize_t n, int depth, Py_ssize_t empty_at) {
+    int r = pack_len(o, n);
+    for (Py_ssize_t i = 0; i < n && r == OK; i++) r = i == empty_at ? pack_len(o, 0) : pack_value(o, items[i], depth);
+    return r;
+}
+
+static int pack_value(Out *o, PyObject *v, int depth) {
+    if (v == Py_None) return put(o, "\xc0", 1);
+    if (v == Py_True) return put(o, "\xc3", 1);
+    if (v == Py_False) return put(o, "\xc2", 1);
+    if (PyLong_CheckExact(v)) return pack_int(o, v);
+    if (PyUnicode_CheckExact(v)) return pack_str(o, v);
+    if (depth > 2) return FOREIGN;
+    /* a shape: a tuple, torch.Size (a tuple subclass that adds no items) or a list */
+    if (PyTuple_Check(v)) return pack_items(o, &PyTuple_GET_ITEM(v, 0), PyTuple_GET_SIZE(v), depth + 1, -1);
+    if (PyList_CheckExact(v)) return pack_items(o, PySequence_Fast_ITEMS(v), PyList_GET_SIZE(v), depth + 1, -1);
+    return FOREIGN;
+}
+
+/* ---- the slot */
+
+static void put_le(uint8_t *p, uint64_t v, int width) {
+    for (int i = 0; i < width; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void write_head(uint8_t *slot, long long end_t, int state, Py_ssize_t n, long long op_id) {
+    uint8_t h[HEAD] = {0};
+    put_le(h, (uint64_t)end_t, 8);
+    h[8] = (uint8_t)state;
+    put_le(h + 10, (uint64_t)n, 2);
+    put_le(h + 16, (uint64_t)op_id, 8);
+    memcpy(slot, h, HEAD);
+}
+
+static uint8_t *slot_of(SlotWriter *self, PyObject *op_id, long long *id) {
+    *id = PyLong_AsLongLong(op_id);
+    if (*id == -1 && PyErr_Occurred()) return NULL;
+    return (uint8_t *)self->buf.buf + self->base + (*id & self->mask) * self->slot_size;
+}
+
+static PyObject *sw_start(SlotWriter *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) return PyErr_Format(PyExc_TypeError, "start(op_id, record) takes 2 arguments");
+    if (!self->held) Py_RETURN_NONE; /* released: the ring is closed */
+    PyObject *rec = args[1];
+    PyObject *const *items;
+    Py_ssize_t n;
+    if (PyTuple_CheckExact(rec)) {
+        items = &PyTuple_GET_ITEM(rec, 0);
+        n = PyTuple_GET_SIZE(rec);
+    } else if (PyList_CheckExact(rec)) {
+        items = PySequence_Fast_ITEMS(rec);
+        n = PyList_GET_SIZE(rec);
+    } else {
+        goto python;
+    }
+    long long id;
+    uint8_t *slot = slot_of(self, args[0], &id);
+    if (slot == NULL) return NULL;
+    /* Packed aside, so a start that does not fit or goes to Python leaves the slot's
+       payload as it was; then the payload, then the head that points at it (ring.py's
+       order): a slot caught half-written carries another op id than its payload and
+       is skipped. */
+    uint8_t tmp[65536];
+    Out o = {tmp, tmp + (self->slot_size - HEAD)};
+    int r = pack_items(&o, items, n, 0, -1);
+    if (r == FULL) { /* a huge shape: keep the rest of the start */
+        o.p = tmp;
+        r = pack_items(&o, items, n, 0, self->shape_at);
+    }
+    if (r == FOREIGN) goto python;
+    if (r == FULL) { /* still too big: no stale op left under this slot (ring.py) */
+        write_head(slot, 0, 0, 0, id);
+    } else {
+        memcpy(slot + HEAD, tmp, o.p - tmp);
+        write_head(slot, 0, 1, o.p - tmp, id);
+    }
+    self->packed++;
+    Py_RETURN_NONE;
+python:
+    self->handed++;
+    return PyObject_Vectorcall(self->py_start, args, 2, NULL);
+}
+
+static PyObject *sw_end(SlotWriter *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (nargs + nkw < 2 || nargs + nkw > 3 || nargs < 2 ||
+        (nkw == 1 && !PyUnicode_Check(PyTuple_GET_ITEM(kwnames, 0))) ||
+        (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "failed") != 0))
+        return PyErr_Format(PyExc_TypeError, "end(op_id, t, failed=False)");
+    nargs += nkw;
+    if (!self->held) Py_RETURN_NONE;
+    long long id;
+    uint8_t *slot = slot_of(self, args[0], &id);
+    if (slot == NULL) return NULL;
+    long long t = PyLong_AsLongLong(args[1]);
+    if (t == -1 && PyErr_Occurred()) return NULL;
+    int failed = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (failed < 0) return NULL;
+    uint8_t h[9];
+    put_le(h, (uint64_t)t, 8);
+    h[8] = failed ? 3 : 2;
+    memcpy(slot, h, 9);
+    Py_RETURN_NONE;
+}
+
+static PyObject *sw_release(SlotWriter *self, PyObject *unused) {
+    if (self->held) {
+        self->held = 0;
+        PyBuffer_Release(&self->buf);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef sw_methods[] = {
+    {"start", (PyCFunction)(void (*)(void))sw_start, METH_FASTCALL, "start(op_id, record): the op's start in its slot"},
+    {"end", (PyCFunction)(void (*)(void))sw_end, METH_FASTCALL | METH_KEYWORDS, "end(op_id, t, failed=False): its end stamped"},
+    {"release", (PyCFunction)sw_release, METH_NOARGS, "let the mapping go; the writers do nothing after"},
+    {NULL},
+};
+
+static PyMemberDef sw_members[] = {
+    {"packed", T_ULONGLONG, offsetof(SlotWriter, packed), READONLY, "starts packed here"},
+    {"handed", T_ULONGLONG, offsetof(SlotWriter, handed), READONLY, "starts handed to the Python writer"},
+    {NULL},
+};
+
+static PyObject *sw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"mapping", "header_size", "slots", "slot_size", "shape_at", "py_start", NULL};
+    PyObject *mapping, *py_start;
+    Py_ssize_t base, slots, slot_size, shape_at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OnnnnO:SlotWriter", kwlist, &mapping, &base, &slots, &slot_size,
+                                     &shape_at, &py_start))
+        return NULL;
+    if (slots <= 0 || (slots & (slots - 1)) != 0) return PyErr_Format(PyExc_ValueError, "slots must be a power of two");
+    if (slot_size <= HEAD || slot_size - HEAD > 65535) return PyErr_Format(PyExc_ValueError, "bad slot size");
+    SlotWriter *self = (SlotWriter *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    if (PyObject_GetBuffer(mapping, &self->buf, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    self->held = 1;
+    if (self->buf.len < base + slots * slot_size) {
+        sw_release(self, NULL);
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError, "the mapping is smaller than the ring");
+    }
+    self->base = base;
+    self->mask = slots - 1;
+    self->slot_size = slot_size;
+    self->shape_at = shape_at;
+    Py_INCREF(py_start);
+    self->py_start = py_start;
+    return (PyObject *)self;
+}
+
+static void sw_dealloc(SlotWriter *self) {
+    sw_release(self, NULL);
+    Py_XDECREF(self->py_start);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject SlotWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "commviz.trace._fastring.SlotWriter",
+    .tp_basicsize = sizeof(SlotWriter),
+    .tp_dealloc = (destructor)sw_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_methods = sw_methods,
+    .tp_members = sw_members,
+    .tp_new = sw_new,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastring", NULL, -1, NULL};
+
+PyMODINIT_FUNC PyInit__fastring(void) {
+    if (PyType_Ready(&SlotWriterType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    if (PyModule_AddStringConstant(m, "SLOT_HEAD", SLOT_HEAD_FORMAT) < 0 ||
+        PyModule_AddStringConstant(m, "END_HEAD", END_HEAD_FORMAT) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(&SlotWriterType);
+    if (PyModule_AddObject(m, "SlotWriter", (PyObject *)&SlotWriterType) < 0) {
+        Py_DECREF(&SlotWriterType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
