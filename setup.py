@@ -2,13 +2,14 @@
 watcher's reader loop (commviz/transport/_fastrecv.c; without it pyzmq does the
 reading, slower: commviz/transport/reader.py) and the probe's per-op wrapper for
 the common case (commviz/probe/_fastwrap.c; without it the Python wrapper in
-commviz/probe/patch.py does everything, slower), and the crash ring's slot writers
-(commviz/trace/_fastring.c; without them trace/ring.py's Python ones, slower)."""
+commviz/probe/patch.py does everything, slower), and msgpack for the crash ring's slots and
+the wire's frames (commviz/_fastpack.c; without it trace/ring.py's Python writers
+and msgspec, slower)."""
 
 from setuptools import Extension, setup
 
 setup(ext_modules=[
     Extension("commviz.transport._fastrecv", ["commviz/transport/_fastrecv.c"], optional=True),
     Extension("commviz.probe._fastwrap", ["commviz/probe/_fastwrap.c"], optional=True),
-    Extension("commviz.trace._fastring", ["commviz/trace/_fastring.c"], optional=True),
+    Extension("commviz._fastpack", ["commviz/_fastpack.c"], optional=True),
 ])

@@ -257,10 +257,31 @@ _decoder = msgspec.msgpack.Decoder(Batch)
 _head_decoder = msgspec.msgpack.Decoder(tuple[int, int, list[msgspec.Raw]])
 
 
+def _msgspec_batch(schema: int, rank: int, events: list, _encode_one=None) -> bytes:
+    return _encoder.encode(Batch(schema, rank, events))
+
+
+def _c_batch_encoder():
+    """commviz/_fastpack.c's frame encoder (the probe's records packed without Python
+    per value, ~3x fewer instructions than msgspec's generic path) where it is built
+    and writes, for a frame of every kind of record, the bytes msgspec writes; else
+    msgspec's."""
+    try:
+        from commviz._fastpack import encode_batch as c_encode
+    except ImportError:
+        return _msgspec_batch
+    sample = [start_record(2**40, 2**62, "all_reduce", "0", 300, 70_000, "bfloat16", (8, 1024), peer=-40,
+                           is_async=True, reduce_op="SUM"), end_record(2**40, -(2**40), "x" * 40, 5),
+              GroupDef("g", [0, 1], "gloo"), [START, 1, 2, "é", "", 0, 0, "", [], -1, -1, False, ""]]
+    if c_encode(3, 70_000, sample, _encoder.encode) != _msgspec_batch(3, 70_000, sample):
+        return _msgspec_batch
+    return c_encode
+
+
 def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
     """`schema`: the lowest version that has every kind in `events` (`STOPPED_SINCE`
     for a `Stopped`)."""
-    return _encoder.encode(Batch(schema, rank, events))
+    return _encode_batch(schema, rank, events, _encoder.encode)
 
 
 # The largest frame on the wire. A watcher's memory for peers that do not follow the
@@ -268,6 +289,9 @@ def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:
 # ~200 KB (sent as two frames), a host's topology ~20 KB. Trace files allow more
 # (trace/file.py).
 MAX_WIRE_FRAME = 128 * 1024
+
+
+_encode_batch = _c_batch_encoder()
 
 
 def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int = MAX_WIRE_FRAME):

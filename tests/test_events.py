@@ -2,6 +2,8 @@
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commviz.events import (
     SCHEMA_VERSION,
@@ -125,3 +127,34 @@ def test_an_older_reader_ignores_the_cuda_fields_of_an_op_end():
 
     got = msgspec.msgpack.decode(msgspec.msgpack.encode(OpEnd(8, 200, bytes=4, device_ns=1500)), type=OldOpEnd)
     assert (got.id, got.t, got.bytes) == (8, 200, 4)
+
+
+record_value = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.text(max_size=300),
+                         st.lists(st.integers(0, 2**40), max_size=70).map(tuple),
+                         st.lists(st.integers(-5, 2**33), max_size=20))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.lists(record_value, max_size=20), st.lists(record_value, max_size=20).map(tuple)),
+                max_size=40),
+       st.integers(0, 2**20), st.integers(1, 3))
+def test_frames_are_the_bytes_msgspec_writes_whatever_the_records_hold(records, rank, schema):
+    """The probe's frames are packed in C where it is built (commviz/_fastpack.c):
+    every record of plain values, at every msgpack size class, is written as msgspec
+    writes it, so a reader (and a trace file) cannot tell which wrote it."""
+    from commviz import events
+
+    evs = [*records, hello(rank), GroupDef("0", [0, 1], "gloo"), OpEnd(3, 4, error="e" * 40)]
+    assert events._encode_batch is not events._msgspec_batch, "commviz/_fastpack.c was not built (pip install -e .)"
+    assert encode_batch(rank, evs, schema) == events._msgspec_batch(schema, rank, evs)
+
+
+def test_a_record_the_packer_does_not_take_is_encoded_by_msgspec_and_its_errors_kept():
+    from commviz import events
+
+    odd = [("start", 1, 2.5, "x"), ("end", 2**64, 0)]  # a float, an int past 64 bits (msgspec: an error)
+    assert encode_batch(0, odd[:1]) == events._msgspec_batch(1, 0, odd[:1])
+    with pytest.raises(OverflowError):
+        events._msgspec_batch(1, 0, odd)
+    with pytest.raises(OverflowError):
+        encode_batch(0, odd)

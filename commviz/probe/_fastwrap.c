@@ -291,6 +291,10 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         else
             PyList_SET_ITEM(start, i, items[i]);
     }
+    /* No record is part of a cycle (it holds plain values and the caller's tensor), and
+       thousands of them wait a flush interval in the queue: left tracked, every young
+       collection would walk them and promote them on towards the costly old ones. */
+    PyObject_GC_UnTrack(start);
     if (push(self, start) < 0) goto unprobed;
     if (ring != NULL) {
         PyObject *ring_args[2] = {op_id, start};
@@ -341,6 +345,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (result == Py_None && PyList_GET_SIZE(st) > COALESCED && PyList_GET_ITEM(st, COALESCED) == Py_None) {
         PyObject *t1 = mono_ns();
         PyObject *end = t1 == NULL ? NULL : PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1);
+        if (end != NULL) PyObject_GC_UnTrack(end); /* plain values only */
         if (end == NULL || push(self, end) < 0) {
             Py_CLEAR(result);
         } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
@@ -629,27 +634,45 @@ static PyTypeObject FastWrapperType = {
     .tp_new = fw_new,
 };
 
-/* drain(records, inflight, fields, START, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)): the
- * sender's loop over what it popped (probe/sender.py, _drain, which does the same in
- * Python where this is not built), a few dozen instructions a record instead of a
- * few hundred: a deferred start (a list, its tensor in the bytes field) gets the
+/* 1 if recs[i + 1] exists and is the end of the op whose id is op_id, 0 if not, -1 on error */
+static int ends_next(PyObject *recs, Py_ssize_t i, PyObject *op_id, PyObject *start_c, PyObject *end_c,
+                     Py_ssize_t e_id) {
+    if (i + 1 >= PyList_GET_SIZE(recs)) return 0;
+    PyObject *next = PyList_GET_ITEM(recs, i + 1);
+    if (!PyTuple_CheckExact(next) || PyTuple_GET_SIZE(next) <= e_id) return 0;
+    PyObject *tag = PyTuple_GET_ITEM(next, 0);
+    if (tag != end_c) {
+        int is_start = PyObject_RichCompareBool(tag, start_c, Py_EQ); /* what is not a start is an end */
+        if (is_start != 0) return is_start < 0 ? -1 : 0;
+    }
+    PyObject *id = PyTuple_GET_ITEM(next, e_id);
+    return id == op_id ? 1 : PyObject_RichCompareBool(id, op_id, Py_EQ);
+}
+
+/* drain(records, inflight, fields, START, END, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)):
+ * the sender's loop over what it popped (probe/sender.py, _drain, which does the same
+ * in Python where this is not built), a few dozen instructions a record instead of
+ * a few hundred: a deferred start (a list, its tensor in the bytes field) gets the
  * tensor's bytes, dtype and shape from fields(x) -> (x, nbytes, dtype, shape), once
  * per tensor per batch (the cache holds each tensor while it runs, so an address
  * stands for one tensor), and goes in flight; a start tuple goes in flight; any other
- * tuple is an end and leaves it. Every other record is returned, in order, for
- * Python to look at. */
+ * tuple is an end and leaves it. A start followed by its own end (a blocking op)
+ * leaves inflight as it was, without the two dict writes. Every other record is
+ * returned, in order, for Python to look at. */
 static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t ix[5];
-    if (nargs != 5 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyTuple_CheckExact(args[4]) ||
-        PyTuple_GET_SIZE(args[4]) != 5)
-        return PyErr_Format(PyExc_TypeError, "drain(records, inflight, fields, START, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID))");
+    if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyTuple_CheckExact(args[5]) ||
+        PyTuple_GET_SIZE(args[5]) != 5)
+        return PyErr_Format(PyExc_TypeError,
+                            "drain(records, inflight, fields, START, END, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID))");
     for (int i = 0; i < 5; i++)
-        if ((ix[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[4], i))) < 0)
+        if ((ix[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(args[5], i))) < 0)
             return PyErr_Occurred() ? NULL : PyErr_Format(PyExc_ValueError, "a negative index");
     Py_ssize_t need = 0;
     for (int i = 0; i < 4; i++) need = ix[i] >= need ? ix[i] + 1 : need;
-    PyObject *recs = args[0], *inflight = args[1], *fields = args[2], *start_c = args[3];
+    PyObject *recs = args[0], *inflight = args[1], *fields = args[2], *start_c = args[3], *end_c = args[4];
     PyObject *others = PyList_New(0), *tensors = PyDict_New();
+    PyObject *last_x = NULL, *last_hit = NULL; /* borrowed from tensors: the tensor read last */
     if (others == NULL || tensors == NULL) goto fail;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
         PyObject *rec = PyList_GET_ITEM(recs, i);
@@ -657,8 +680,11 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             Py_INCREF(rec); /* fields() runs Python, which could empty the list we walk */
             PyObject *x = PyList_GET_ITEM(rec, ix[1]);
             Py_INCREF(x);
-            PyObject *key = PyLong_FromVoidPtr(x), *hit = NULL;
-            if (key != NULL && (hit = PyDict_GetItemWithError(tensors, key)) != NULL) {
+            PyObject *key = NULL, *hit = NULL;
+            if (x == last_x) {
+                hit = last_hit;
+                Py_INCREF(hit);
+            } else if ((key = PyLong_FromVoidPtr(x)) != NULL && (hit = PyDict_GetItemWithError(tensors, key)) != NULL) {
                 Py_INCREF(hit);
             } else if (key != NULL && !PyErr_Occurred()) {
                 hit = PyObject_CallOneArg(fields, x);
@@ -670,22 +696,35 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             }
             Py_XDECREF(key);
             Py_DECREF(x);
+            if (hit != NULL) { /* held by tensors, as is its tensor, for the batch */
+                last_x = PyTuple_GET_ITEM(hit, 0);
+                last_hit = hit;
+            }
             int ok = hit != NULL && PyList_GET_SIZE(rec) >= need;
             for (int f = 1; ok && f < 4; f++) {
                 PyObject *v = PyTuple_GET_ITEM(hit, f);
                 Py_INCREF(v);
                 ok = PyList_SetItem(rec, ix[f], v) == 0;
             }
-            ok = ok && PyDict_SetItem(inflight, PyList_GET_ITEM(rec, ix[0]), rec) == 0;
+            int ended = ok ? ends_next(recs, i, PyList_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]) : -1;
+            if (ended == 1)
+                i++;
+            else
+                ok = ended == 0 && PyDict_SetItem(inflight, PyList_GET_ITEM(rec, ix[0]), rec) == 0;
             Py_XDECREF(hit);
             Py_DECREF(rec);
             if (!ok) goto fail;
         } else if (PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) > ix[0] && PyTuple_GET_SIZE(rec) > ix[4]) {
             PyObject *tag = PyTuple_GET_ITEM(rec, 0);
-            int is_start = tag == start_c ? 1 : PyObject_RichCompareBool(tag, start_c, Py_EQ);
+            int is_start = tag == start_c ? 1 : tag == end_c ? 0 : PyObject_RichCompareBool(tag, start_c, Py_EQ);
             if (is_start < 0) goto fail;
             if (is_start) {
-                if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0) goto fail;
+                int ended = ends_next(recs, i, PyTuple_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]);
+                if (ended < 0) goto fail;
+                if (ended)
+                    i++;
+                else if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0)
+                    goto fail;
             } else if (PyDict_DelItem(inflight, PyTuple_GET_ITEM(rec, ix[4])) < 0) {
                 if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto fail;
                 PyErr_Clear();

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 
-from commviz.events import (BASE_SCHEMA, E_ID, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
+from commviz.events import (BASE_SCHEMA, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
                              START, Counters, Goodbye, GroupDef, Hello, HostTopology, encode_batch, encode_frames)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
@@ -128,7 +128,7 @@ class Sender:
         q = self.queue
         out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
         if _c_drain is not None:  # the loop below, in C (probe/_fastwrap.c)
-            self._note(_c_drain(out, self.inflight, self._tensor_fields, START, _LAYOUT))
+            self._note(_c_drain(out, self.inflight, self._tensor_fields, START, END, _LAYOUT))
             return out
         inflight = self.inflight
         # A start queued as a list carries its tensor in the bytes field (probe/patch.py's

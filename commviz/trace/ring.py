@@ -30,9 +30,9 @@ import msgspec
 from commviz.events import S_SHAPE, OpEnd, OpStart
 
 try:  # optional, built by the README's pip install (setup.py)
-    from commviz.trace import _fastring
+    from commviz import _fastpack
 except ImportError:
-    _fastring = None
+    _fastpack = None
 
 MAGIC = b"CVZR"
 VERSION = 2  # 2: state 3, an op that failed
@@ -88,12 +88,12 @@ class RingWriter:
 
 
 def slot_writers(m, fast: bool = True):
-    """(start, end, release) over the writable buffer `m`: C's (trace/_fastring.c)
+    """(start, end, release) over the writable buffer `m`: C's (commviz/_fastpack.c)
     where it is built and writes this layout, else Python's. `release` lets `m` go
     (C holds its buffer); the writers do nothing after it."""
     py_start, py_end = _slot_writers(m, msgspec.msgpack.Encoder().encode)
-    if fast and _fastring is not None and (_fastring.SLOT_HEAD, _fastring.END_HEAD) == (SLOT_HEAD.format, END_HEAD.format):
-        w = _fastring.SlotWriter(m, HEADER_SIZE, SLOTS, SLOT_SIZE, S_SHAPE, py_start)
+    if fast and _fastpack is not None and (_fastpack.SLOT_HEAD, _fastpack.END_HEAD) == (SLOT_HEAD.format, END_HEAD.format):
+        w = _fastpack.SlotWriter(m, HEADER_SIZE, SLOTS, SLOT_SIZE, S_SHAPE, py_start)
         return w.start, w.end, w.release
     return py_start, py_end, _nothing
 

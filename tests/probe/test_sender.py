@@ -364,7 +364,10 @@ def test_the_c_drain_leaves_what_the_python_drain_leaves(monkeypatch):
         return [deferred(0, a), GroupDef("g1", [0, 1], "gloo"), deferred(1, b), deferred(2, a),
                 end_record(0, 9), start_record(3, 6, "send", "0", 0, 8, "int8", [8], peer=1),
                 Counters(7, 0, 0, 0), end_record(3, 10), end_record(99, 11),  # an end whose start went before
-                HostTopology(1, "node0", {"gpus": []}), deferred(4, a), end_record(2, 12)]
+                HostTopology(1, "node0", {"gpus": []}), deferred(4, a), end_record(2, 12),
+                deferred(5, b), end_record(5, 13),  # blocking ops: the start, then its own end
+                start_record(6, 7, "send", "0", 1, 8, "int8", [8], peer=1), end_record(6, 14),
+                deferred(7, a), end_record(4, 15)]  # a start, then another op's end
 
     def drained(c_drain):
         monkeypatch.setattr(sender_mod, "_c_drain", c_drain)
@@ -379,5 +382,6 @@ def test_the_c_drain_leaves_what_the_python_drain_leaves(monkeypatch):
     assert c == py
     out, inflight, groups, topology, schema = c
     assert out[0][6:9] == [32, "float32", torch.Size([4, 2])] and out[2][6:9] == [3, "int8", torch.Size([3])]
-    assert sorted(inflight) == [1, 4] and [g.group for g in groups] == ["g1"]
+    assert sorted(inflight) == [1, 7] and [g.group for g in groups] == ["g1"]
+    assert out[12][6:9] == [3, "int8", torch.Size([3])] and len(out) == 18
     assert topology.host == "node0" and schema == HOST_TOPOLOGY_SINCE

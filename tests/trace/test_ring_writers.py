@@ -34,7 +34,7 @@ def starts():
 def test_a_built_install_writes_the_ring_in_c():
     """CI installs as the README says, which builds it: a silent fallback to the
     Python writers (a ring's op then costs microseconds more) fails here."""
-    assert ring._fastring is not None, "commviz/trace/_fastring.c was not built (pip install -e .)"
+    assert ring._fastpack is not None, "commviz/_fastpack.c was not built (pip install -e .)"
     start, end, release = slot_writers(bytearray(SIZE))
     assert type(start).__name__ == "builtin_function_or_method"
     release()

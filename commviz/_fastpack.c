@@ -1,21 +1,25 @@
-/* The crash ring's slot writers in C: what trace/ring.py's Python writers do, on
- * every op of a job with the ring on, without their Python.
+/* msgpack written in C, where Python per value is the cost: the crash ring's slots
+ * (trace/ring.py), written on the caller's thread on every op, and the wire's frames
+ * (events.py, encode_batch), encoded on the probe's thread for every op. Both write
+ * exactly the bytes msgspec writes (the smallest form of each int, string and array
+ * length; tests/test_events.py and tests/trace/test_ring_writers.py compare them), so a
+ * reader cannot tell which wrote them. They pack the probe's records — tuples and
+ * lists of None, bools, ints, strings and shapes — and hand anything else to
+ * msgspec: a record with a float or an int past 64 bits whole, an event Struct as
+ * itself. Packing runs no Python code.
  *
- * The layout is ring.py's: it hands over the header size, the slot count and size and
- * the index of the shape in a start, and binds these writers only where its slot
- * head's struct format is SLOT_HEAD below (and its end's END_HEAD), so the layout
- * is still defined once and a change there falls back to Python rather than
- * writing the old one here.
+ * The ring's slot writers. The layout is ring.py's: it hands over the header size,
+ * the slot count and size and the index of the shape in a start, and binds these
+ * writers only where its slot head's struct format is SLOT_HEAD below (and its
+ * end's END_HEAD), so the layout is still defined once and a change there falls
+ * back to Python rather than writing the old one here. Nothing can close the
+ * mapping while a slot is written (no Python runs); the buffer is held from
+ * construction to release(), which ring.py calls before closing the mapping, and
+ * after which both writers do nothing (as Python's do on a closed mapping).
  *
- * A start is packed as msgpack straight into its slot, with msgspec's encodings
- * (the smallest form of each int, string and array length): the payload is "the
- * msgpack of the op's start, as on the wire", the same bytes (tests/trace compares
- * them). A value this packer does not take (a float, a dict, an int past 64 bits)
- * sends the whole start to the Python writer, which encodes it with msgspec.
- * Packing runs no Python code, so nothing can close the mapping while a slot is
- * written; the buffer is held from construction to release(), which ring.py calls
- * before closing the mapping, and after which both writers do nothing (as Python's
- * do on a closed mapping).
+ * The frame encoder: a Batch (events.py) is [schema, rank, [event, ...]], msgspec's
+ * array_like encoding; events.py checks at import that this writes what msgspec
+ * writes for a sample frame, and uses msgspec where it does not.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -40,12 +44,26 @@ typedef struct {
 
 typedef struct {
     uint8_t *p, *end;
+    uint8_t *start; /* a growable buffer's (PyMem), else NULL: a fixed one is FULL when full */
 } Out;
 
-enum { OK = 0, FULL = -1, FOREIGN = -2 };
+enum { OK = 0, FULL = -1, FOREIGN = -2, NOMEM = -3 };
+
+static int grow(Out *o, size_t n) {
+    size_t used = o->p - o->start, cap = o->end - o->start, want = cap * 2 > used + n ? cap * 2 : used + n + 4096;
+    uint8_t *b = PyMem_Realloc(o->start, want);
+    if (b == NULL) return NOMEM;
+    o->start = b;
+    o->p = b + used;
+    o->end = b + want;
+    return OK;
+}
 
 static int put(Out *o, const void *src, size_t n) {
-    if ((size_t)(o->end - o->p) < n) return FULL;
+    if ((size_t)(o->end - o->p) < n) {
+        if (o->start == NULL) return FULL;
+        if (grow(o, n) != OK) return NOMEM;
+    }
     memcpy(o->p, src, n);
     o->p += n;
     return OK;
@@ -189,13 +207,13 @@ static PyObject *sw_start(SlotWriter *self, PyObject *const *args, Py_ssize_t na
        order): a slot caught half-written carries another op id than its payload and
        is skipped. */
     uint8_t tmp[65536];
-    Out o = {tmp, tmp + (self->slot_size - HEAD)};
+    Out o = {tmp, tmp + (self->slot_size - HEAD), NULL};
     int r = pack_items(&o, items, n, 0, -1);
     if (r == FULL) { /* a huge shape: keep the rest of the start */
         o.p = tmp;
         r = pack_items(&o, items, n, 0, self->shape_at);
     }
-    if (r == FOREIGN) goto python;
+    if (r == FOREIGN || r == NOMEM) goto python;
     if (r == FULL) { /* still too big: no stale op left under this slot (ring.py) */
         write_head(slot, 0, 0, 0, id);
     } else {
@@ -289,7 +307,7 @@ static void sw_dealloc(SlotWriter *self) {
 }
 
 static PyTypeObject SlotWriterType = {
-    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "commviz.trace._fastring.SlotWriter",
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "commviz._fastpack.SlotWriter",
     .tp_basicsize = sizeof(SlotWriter),
     .tp_dealloc = (destructor)sw_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -298,9 +316,67 @@ static PyTypeObject SlotWriterType = {
     .tp_new = sw_new,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastring", NULL, -1, NULL};
+/* ---- frames */
 
-PyMODINIT_FUNC PyInit__fastring(void) {
+/* encode_batch(schema, rank, events, encode_one) -> bytes: what msgspec writes for
+   Batch(schema, rank, events); an event that is not a record of plain values is
+   encode_one(event)'s bytes (msgspec's, which also raises for what it cannot encode) */
+static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[2]))
+        return PyErr_Format(PyExc_TypeError, "encode_batch(schema, rank, events: list, encode_one)");
+    PyObject *events = args[2], *encode_one = args[3];
+    Out o = {NULL, NULL, NULL};
+    if (grow(&o, 64 + 96 * (size_t)PyList_GET_SIZE(events)) != OK) return PyErr_NoMemory();
+    int r = put(&o, "\x93", 1);
+    if (r == OK) r = PyLong_CheckExact(args[0]) && PyLong_CheckExact(args[1]) ? pack_int(&o, args[0]) : FOREIGN;
+    if (r == OK) r = pack_int(&o, args[1]);
+    if (r == OK) r = pack_len(&o, PyList_GET_SIZE(events));
+    if (r != OK) goto fail;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
+        PyObject *ev = PyList_GET_ITEM(events, i);
+        size_t at = o.p - o.start;
+        r = FOREIGN;
+        if (PyTuple_CheckExact(ev))
+            r = pack_items(&o, &PyTuple_GET_ITEM(ev, 0), PyTuple_GET_SIZE(ev), 0, -1);
+        else if (PyList_CheckExact(ev))
+            r = pack_items(&o, PySequence_Fast_ITEMS(ev), PyList_GET_SIZE(ev), 0, -1);
+        if (r == NOMEM) goto fail;
+        if (r == FOREIGN) {
+            o.p = o.start + at;
+            Py_INCREF(ev); /* encode_one runs Python */
+            PyObject *b = PyObject_CallOneArg(encode_one, ev);
+            Py_DECREF(ev);
+            if (b == NULL) goto fail;
+            if (!PyBytes_Check(b)) {
+                Py_DECREF(b);
+                PyErr_SetString(PyExc_TypeError, "encode_one must return bytes");
+                goto fail;
+            }
+            r = put(&o, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+            Py_DECREF(b);
+            if (r != OK) goto fail;
+        }
+    }
+    PyObject *out = PyBytes_FromStringAndSize((char *)o.start, o.p - o.start);
+    PyMem_Free(o.start);
+    return out;
+fail:
+    PyMem_Free(o.start);
+    if (!PyErr_Occurred()) {
+        if (r == NOMEM) return PyErr_NoMemory();
+        PyErr_SetString(PyExc_TypeError, "encode_batch: schema and rank must be ints");
+    }
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, "a frame, as msgspec encodes a Batch"},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpack", NULL, -1, module_methods};
+
+PyMODINIT_FUNC PyInit__fastpack(void) {
     if (PyType_Ready(&SlotWriterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
