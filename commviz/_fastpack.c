@@ -69,14 +69,41 @@ static int put(Out *o, const void *src, size_t n) {
     return OK;
 }
 
-static int put_be(Out *o, uint8_t tag, uint64_t v, int width) {
-    uint8_t b[9];
-    b[0] = tag;
-    for (int i = 0; i < width; i++) b[1 + i] = (uint8_t)(v >> (8 * (width - 1 - i)));
-    return put(o, b, 1 + width);
+static int room(Out *o, size_t n) {
+    if ((size_t)(o->end - o->p) >= n) return OK;
+    if (o->start == NULL) return FULL;
+    return grow(o, n) == OK ? OK : NOMEM;
 }
 
+static inline int put_be(Out *o, uint8_t tag, uint64_t v, int width) {
+    int r = room(o, 1 + width);
+    if (r != OK) return r;
+    uint8_t *b = o->p;
+    b[0] = tag;
+    for (int i = 0; i < width; i++) b[1 + i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+    o->p += 1 + width;
+    return OK;
+}
+
+static inline int put1(Out *o, uint8_t b) {
+    int r = room(o, 1);
+    if (r == OK) *o->p++ = b;
+    return r;
+}
+
+static int pack_ll(Out *o, long long x);
+
 static int pack_int(Out *o, PyObject *v) {
+#if PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
+    /* an int of one or two digits, read as CPython keeps it before 3.12 */
+    Py_ssize_t size = Py_SIZE(v);
+    const digit *d = ((PyLongObject *)v)->ob_digit;
+    if (size == 0) return put1(o, 0);
+    if (size == 1) return pack_ll(o, (long long)d[0]);
+    if (size == -1) return pack_ll(o, -(long long)d[0]);
+    if (size == 2) return pack_ll(o, (long long)d[0] | ((long long)d[1] << 30));
+    if (size == -2) return pack_ll(o, -((long long)d[0] | ((long long)d[1] << 30)));
+#endif
     int overflow;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow > 0) { /* msgspec takes up to 2**64 - 1 */
@@ -92,20 +119,18 @@ static int pack_int(Out *o, PyObject *v) {
         PyErr_Clear();
         return FOREIGN;
     }
+    return pack_ll(o, x);
+}
+
+static int pack_ll(Out *o, long long x) {
     if (x >= 0) {
-        if (x < 128) {
-            uint8_t b = (uint8_t)x;
-            return put(o, &b, 1);
-        }
+        if (x < 128) return put1(o, (uint8_t)x);
         if (x < 256) return put_be(o, 0xcc, (uint64_t)x, 1);
         if (x < 65536) return put_be(o, 0xcd, (uint64_t)x, 2);
         if (x < 4294967296LL) return put_be(o, 0xce, (uint64_t)x, 4);
         return put_be(o, 0xcf, (uint64_t)x, 8);
     }
-    if (x >= -32) {
-        uint8_t b = (uint8_t)(int8_t)x;
-        return put(o, &b, 1);
-    }
+    if (x >= -32) return put1(o, (uint8_t)(int8_t)x);
     if (x >= -128) return put_be(o, 0xd0, (uint64_t)x, 1);
     if (x >= -32768) return put_be(o, 0xd1, (uint64_t)x, 2);
     if (x >= -2147483648LL) return put_be(o, 0xd2, (uint64_t)x, 4);
@@ -114,15 +139,20 @@ static int pack_int(Out *o, PyObject *v) {
 
 static int pack_str(Out *o, PyObject *v) {
     Py_ssize_t n;
-    const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+    const char *s;
+    if (PyUnicode_IS_COMPACT_ASCII(v)) { /* its bytes are its UTF-8 */
+        s = (const char *)PyUnicode_DATA(v);
+        n = PyUnicode_GET_LENGTH(v);
+    } else {
+        s = PyUnicode_AsUTF8AndSize(v, &n);
+    }
     if (s == NULL) { /* a lone surrogate: msgspec's to say */
         PyErr_Clear();
         return FOREIGN;
     }
     int r;
     if (n < 32) {
-        uint8_t b = (uint8_t)(0xa0 | n);
-        r = put(o, &b, 1);
+        r = put1(o, (uint8_t)(0xa0 | n));
     } else if (n < 256) {
         r = put_be(o, 0xd9, (uint64_t)n, 1);
     } else if (n < 65536) {
@@ -134,10 +164,7 @@ static int pack_str(Out *o, PyObject *v) {
 }
 
 static int pack_len(Out *o, Py_ssize_t n) {
-    if (n < 16) {
-        uint8_t b = (uint8_t)(0x90 | n);
-        return put(o, &b, 1);
-    }
+    if (n < 16) return put1(o, (uint8_t)(0x90 | n));
     if (n < 65536) return put_be(o, 0xdc, (uint64_t)n, 2);
     return put_be(o, 0xdd, (uint64_t)n, 4);
 }
@@ -151,11 +178,12 @@ static int pack_items(Out *o, PyObject *const *items, Py_ssize_t n, int depth, P
 }
 
 static int pack_value(Out *o, PyObject *v, int depth) {
-    if (v == Py_None) return put(o, "\xc0", 1);
-    if (v == Py_True) return put(o, "\xc3", 1);
-    if (v == Py_False) return put(o, "\xc2", 1);
-    if (PyLong_CheckExact(v)) return pack_int(o, v);
-    if (PyUnicode_CheckExact(v)) return pack_str(o, v);
+    PyTypeObject *t = Py_TYPE(v);
+    if (t == &PyLong_Type) return pack_int(o, v);
+    if (t == &PyUnicode_Type) return pack_str(o, v);
+    if (v == Py_False) return put1(o, 0xc2);
+    if (v == Py_True) return put1(o, 0xc3);
+    if (v == Py_None) return put1(o, 0xc0);
     if (depth > 2) return FOREIGN;
     /* a shape: a tuple, torch.Size (a tuple subclass that adds no items) or a list */
     if (PyTuple_Check(v)) return pack_items(o, &PyTuple_GET_ITEM(v, 0), PyTuple_GET_SIZE(v), depth + 1, -1);
