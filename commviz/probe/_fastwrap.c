@@ -39,6 +39,8 @@ typedef struct {
     PyObject *probe_dict, *cuda_dict, *group_type; /* read directly: see fw_new */
     Py_ssize_t off_pg, off_seq, off_gid, off_p2p_seq; /* GroupInfo's slots */
     PyObject *st_cached; /* tls.s of the thread that called last (a thread's list is never replaced) */
+    PyCFunction append_c; /* the queue's append and length, called directly (see fw_new) */
+    lenfunc len_c;
     uint64_t st_tid;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
@@ -90,10 +92,10 @@ static int count_dropped(FastWrapper *self) {
 
 /* append rec if len(queue) < cap, else count it dropped; 0 or -1 */
 static int push(FastWrapper *self, PyObject *rec) {
-    Py_ssize_t n = PyObject_Size(self->queue);
+    Py_ssize_t n = self->len_c != NULL ? self->len_c(self->queue) : PyObject_Size(self->queue);
     if (n < 0) return -1;
     if (n < self->cap) {
-        PyObject *r = PyObject_CallOneArg(self->append, rec);
+        PyObject *r = self->append_c != NULL ? self->append_c(self->queue, rec) : PyObject_CallOneArg(self->append, rec);
         if (r == NULL) return -1;
         Py_DECREF(r);
         return 0;
@@ -567,6 +569,14 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     SET(dtypes, dtypes);
 #undef SET
     self->append = append;
+    /* a deque (its append is a C function taking one argument, bound to it): both
+       called as what they are, not through the generic call and size protocols */
+    if (PyCFunction_Check(append) && (PyCFunction_GET_FLAGS(append) & (METH_O | METH_METHOD)) == METH_O &&
+        PyCFunction_GET_SELF(append) == queue && Py_TYPE(queue)->tp_as_sequence != NULL &&
+        Py_TYPE(queue)->tp_as_sequence->sq_length != NULL) {
+        self->append_c = PyCFunction_GET_FUNCTION(append);
+        self->len_c = Py_TYPE(queue)->tp_as_sequence->sq_length;
+    }
     self->cap = cap;
     self->bi = bi;
     self->gi = gi;
