@@ -6,6 +6,7 @@ and one tuple append) and the instrumented op. Slow: each run is a few minutes
 under valgrind; the two lengths of one mode run at once.
 
     python bench/overhead_instructions.py [--op all_reduce|send|all_gather_into_tensor] [--modes bare,minimal,probe,probe+ring]
+    python bench/overhead_instructions.py --parts probe+ring   # where the instructions go, per call
 
 `probe+ring` is the probe with its crash ring on (in a temporary directory), as it
 is with COMMVIZ_TRACE_DIR.
@@ -114,10 +115,54 @@ def instructions(mode: str, op: str) -> float:
     return (counts[1] - counts[0]) / (LONG - SHORT)
 
 
+# (label, function, callees): the inclusive cost of `function`, less that of each
+# "-callee" and, if a callee has no sign, only that callee's; per call
+PARTS = [
+    ("the C wrapper: checks, group, seq, op id, clock, records, queue", "fw_vectorcall",
+     ["-PyObject_Vectorcall", "-PyObject_GetAttr"]),  # torch's function, the ring's writers; the reads
+    ("  its tensor reads for the ring (nbytes, dtype, shape: torch's getters)", "fw_vectorcall", ["PyObject_GetAttr"]),
+    ("  the ring's start: the slot packed and written", "sw_start", []),
+    ("  the ring's end: stamped", "sw_end", []),
+    ("the sender's drain (in flight, tensor fields)", "fast_drain", []),
+    ("the frame's encoding", "encode_batch", []),
+]
+PARTS_N = 20_000
+
+
+def parts(mode: str, op: str) -> None:
+    """One long run under callgrind, and the inclusive cost of each part above per
+    call; what is left of the probe's total (the `instructions` figure less the bare
+    op's) is Python: the flush's own code, the records' allocation and freeing."""
+    py = os.path.realpath(sys.executable)
+    out = tempfile.mkdtemp()
+    cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}/cg", py,
+           __file__, "--loop", mode, str(PARTS_N), "--op", op]
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    tree = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--tree=calling", "--threshold=100",
+                           f"{out}/cg-01"], capture_output=True, text=True).stdout
+    shutil.rmtree(out, ignore_errors=True)
+    print_parts(tree, PARTS_N + 200)  # and the warm-up
+
+
+def print_parts(tree: str, calls: int) -> None:
+    for label, fn, callees in PARTS:
+        m = re.search(rf"^ *([\d,]+) \([ \d.]+%\)  \*  \S*:{fn} \[.*?(?=^\s*$)", tree, re.M | re.S)
+        if m is None:
+            print(f"{label:<72} {'-':>7}")
+            continue
+        total = int(m.group(1).replace(",", ""))
+        for callee in callees:
+            c = re.search(rf"^ *([\d,]+) \([ \d.]+%\)  >   \S*:{callee.lstrip('-')} ", m.group(0), re.M)
+            cost = int(c.group(1).replace(",", "")) if c else 0
+            total = total - cost if callee.startswith("-") else cost
+        print(f"{label:<72} {total / calls:>7,.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--op", default="all_reduce")
     ap.add_argument("--modes", default="bare,minimal,probe", help="probe alone: another tree's probe, same bare")
+    ap.add_argument("--parts", metavar="MODE", help="where the instructions of MODE go, per call")
     ap.add_argument("--loop", nargs=2, metavar=("MODE", "N"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.loop:
@@ -125,6 +170,9 @@ def main() -> None:
         return
     if shutil.which("valgrind") is None:
         raise SystemExit("needs valgrind (apt-get install valgrind)")
+    if args.parts:
+        parts(args.parts, args.op)
+        return
     for mode in args.modes.split(","):
         print(f"{args.op}, {mode}: {instructions(mode, args.op):,.0f} instructions per call", flush=True)
 
