@@ -23,6 +23,9 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#if PY_VERSION_HEX < 0x030B0000
+#include <longintrepr.h> /* digits: Python.h has them from 3.11 on */
+#endif
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
@@ -49,6 +52,8 @@ typedef struct {
 
 enum { OK = 0, FULL = -1, FOREIGN = -2, NOMEM = -3 };
 
+#define INLINE static inline __attribute__((always_inline))
+
 static int grow(Out *o, size_t n) {
     size_t used = o->p - o->start, cap = o->end - o->start, want = cap * 2 > used + n ? cap * 2 : used + n + 4096;
     uint8_t *b = PyMem_Realloc(o->start, want);
@@ -59,44 +64,54 @@ static int grow(Out *o, size_t n) {
     return OK;
 }
 
-static int put(Out *o, const void *src, size_t n) {
-    if ((size_t)(o->end - o->p) < n) {
-        if (o->start == NULL) return FULL;
-        if (grow(o, n) != OK) return NOMEM;
-    }
-    memcpy(o->p, src, n);
-    o->p += n;
-    return OK;
-}
-
-static int room(Out *o, size_t n) {
-    if ((size_t)(o->end - o->p) >= n) return OK;
+/* room for n more bytes: one check per value, the writes after it unchecked */
+INLINE int reserve(Out *o, size_t n) {
+    if (__builtin_expect((size_t)(o->end - o->p) >= n, 1)) return OK;
     if (o->start == NULL) return FULL;
-    return grow(o, n) == OK ? OK : NOMEM;
+    return grow(o, n);
 }
 
-static inline int put_be(Out *o, uint8_t tag, uint64_t v, int width) {
-    int r = room(o, 1 + width);
-    if (r != OK) return r;
-    uint8_t *b = o->p;
-    b[0] = tag;
-    for (int i = 0; i < width; i++) b[1 + i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+INLINE void w_be(uint8_t *p, uint64_t v, int width) {
+    for (int i = 0; i < width; i++) p[i] = (uint8_t)(v >> (8 * (width - 1 - i)));
+}
+
+/* tag, then v big-endian in width bytes; room was reserved */
+INLINE void w_tagged(Out *o, uint8_t tag, uint64_t v, int width) {
+    o->p[0] = tag;
+    w_be(o->p + 1, v, width);
     o->p += 1 + width;
-    return OK;
 }
 
-static inline int put1(Out *o, uint8_t b) {
-    int r = room(o, 1);
-    if (r == OK) *o->p++ = b;
-    return r;
+/* msgspec's form of x: the smallest that holds it; 9 bytes were reserved */
+INLINE void w_ll(Out *o, long long x) {
+    if (x >= 0) {
+        if (x < 128)
+            *o->p++ = (uint8_t)x;
+        else if (x < 256)
+            w_tagged(o, 0xcc, (uint64_t)x, 1);
+        else if (x < 65536)
+            w_tagged(o, 0xcd, (uint64_t)x, 2);
+        else if (x < 4294967296LL)
+            w_tagged(o, 0xce, (uint64_t)x, 4);
+        else
+            w_tagged(o, 0xcf, (uint64_t)x, 8);
+    } else if (x >= -32) {
+        *o->p++ = (uint8_t)(int8_t)x;
+    } else if (x >= -128) {
+        w_tagged(o, 0xd0, (uint64_t)x, 1);
+    } else if (x >= -32768) {
+        w_tagged(o, 0xd1, (uint64_t)x, 2);
+    } else if (x >= -2147483648LL) {
+        w_tagged(o, 0xd2, (uint64_t)x, 4);
+    } else {
+        w_tagged(o, 0xd3, (uint64_t)x, 8);
+    }
 }
-
-static int pack_ll(Out *o, long long x);
 
 /* 1 and *x = v for an exact int of at most two digits, read as CPython keeps it
    before 3.12 (PyLong_AsLongLong is ~120 instructions for a clock reading, ~10 here);
    0 where it cannot say so */
-static inline int small_int(PyObject *v, long long *x) {
+INLINE int small_int(PyObject *v, long long *x) {
 #if PY_VERSION_HEX < 0x030C0000 && PYLONG_BITS_IN_DIGIT == 30
     Py_ssize_t size = Py_SIZE(v);
     const digit *d = ((PyLongObject *)v)->ob_digit;
@@ -118,94 +133,100 @@ static long long as_ll(PyObject *v) {
     return PyLong_AsLongLong(v);
 }
 
-static int pack_int(Out *o, PyObject *v) {
-    long long small;
-    if (small_int(v, &small)) return pack_ll(o, small);
+/* an exact int past two digits; 9 bytes were reserved */
+static int w_big_int(Out *o, PyObject *v) {
+    long long x;
     int overflow;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    x = PyLong_AsLongLongAndOverflow(v, &overflow);
     if (overflow > 0) { /* msgspec takes up to 2**64 - 1 */
         unsigned long long u = PyLong_AsUnsignedLongLong(v);
         if (u == (unsigned long long)-1 && PyErr_Occurred()) {
             PyErr_Clear();
             return FOREIGN;
         }
-        return put_be(o, 0xcf, u, 8);
+        w_tagged(o, 0xcf, u, 8);
+        return OK;
     }
     if (overflow < 0) return FOREIGN;
     if (x == -1 && PyErr_Occurred()) {
         PyErr_Clear();
         return FOREIGN;
     }
-    return pack_ll(o, x);
+    w_ll(o, x);
+    return OK;
 }
 
-static int pack_ll(Out *o, long long x) {
-    if (x >= 0) {
-        if (x < 128) return put1(o, (uint8_t)x);
-        if (x < 256) return put_be(o, 0xcc, (uint64_t)x, 1);
-        if (x < 65536) return put_be(o, 0xcd, (uint64_t)x, 2);
-        if (x < 4294967296LL) return put_be(o, 0xce, (uint64_t)x, 4);
-        return put_be(o, 0xcf, (uint64_t)x, 8);
-    }
-    if (x >= -32) return put1(o, (uint8_t)(int8_t)x);
-    if (x >= -128) return put_be(o, 0xd0, (uint64_t)x, 1);
-    if (x >= -32768) return put_be(o, 0xd1, (uint64_t)x, 2);
-    if (x >= -2147483648LL) return put_be(o, 0xd2, (uint64_t)x, 4);
-    return put_be(o, 0xd3, (uint64_t)x, 8);
+/* an exact int; 9 bytes were reserved */
+INLINE int w_int(Out *o, PyObject *v) {
+    long long x;
+    if (!small_int(v, &x)) return w_big_int(o, v);
+    w_ll(o, x);
+    return OK;
 }
 
-static int pack_str(Out *o, PyObject *v) {
+INLINE int pack_str(Out *o, PyObject *v) {
     Py_ssize_t n;
     const char *s;
     if (PyUnicode_IS_COMPACT_ASCII(v)) { /* its bytes are its UTF-8 */
         s = (const char *)PyUnicode_DATA(v);
         n = PyUnicode_GET_LENGTH(v);
-    } else {
-        s = PyUnicode_AsUTF8AndSize(v, &n);
-    }
-    if (s == NULL) { /* a lone surrogate: msgspec's to say */
+    } else if ((s = PyUnicode_AsUTF8AndSize(v, &n)) == NULL) { /* a lone surrogate: msgspec's to say */
         PyErr_Clear();
         return FOREIGN;
     }
-    int r;
-    if (n < 32) {
-        r = put1(o, (uint8_t)(0xa0 | n));
-    } else if (n < 256) {
-        r = put_be(o, 0xd9, (uint64_t)n, 1);
-    } else if (n < 65536) {
-        r = put_be(o, 0xda, (uint64_t)n, 2);
-    } else {
-        r = put_be(o, 0xdb, (uint64_t)n, 4);
-    }
-    return r != OK ? r : put(o, s, (size_t)n);
+    int r = reserve(o, 5 + (size_t)n);
+    if (r != OK) return r;
+    if (n < 32)
+        *o->p++ = (uint8_t)(0xa0 | n);
+    else if (n < 256)
+        w_tagged(o, 0xd9, (uint64_t)n, 1);
+    else if (n < 65536)
+        w_tagged(o, 0xda, (uint64_t)n, 2);
+    else
+        w_tagged(o, 0xdb, (uint64_t)n, 4);
+    if (n <= 16) /* the probe's strings: names, tags, dtypes; a call to memcpy costs more */
+        for (Py_ssize_t i = 0; i < n; i++) o->p[i] = (uint8_t)s[i];
+    else
+        memcpy(o->p, s, (size_t)n);
+    o->p += n;
+    return OK;
 }
 
-static int pack_len(Out *o, Py_ssize_t n) {
-    if (n < 16) return put1(o, (uint8_t)(0x90 | n));
-    if (n < 65536) return put_be(o, 0xdc, (uint64_t)n, 2);
-    return put_be(o, 0xdd, (uint64_t)n, 4);
+INLINE int pack_len(Out *o, Py_ssize_t n) {
+    int r = reserve(o, 5);
+    if (r != OK) return r;
+    if (n < 16)
+        *o->p++ = (uint8_t)(0x90 | n);
+    else if (n < 65536)
+        w_tagged(o, 0xdc, (uint64_t)n, 2);
+    else
+        w_tagged(o, 0xdd, (uint64_t)n, 4);
+    return OK;
 }
 
-static int pack_value(Out *o, PyObject *v, int depth);
+static int pack_items(Out *o, PyObject *const *items, Py_ssize_t n, int depth, Py_ssize_t empty_at);
 
-static int pack_items(Out *o, PyObject *const *items, Py_ssize_t n, int depth, Py_ssize_t empty_at) {
-    int r = pack_len(o, n);
-    for (Py_ssize_t i = 0; i < n && r == OK; i++) r = i == empty_at ? pack_len(o, 0) : pack_value(o, items[i], depth);
-    return r;
-}
-
-static int pack_value(Out *o, PyObject *v, int depth) {
+INLINE int pack_value(Out *o, PyObject *v, int depth) {
     PyTypeObject *t = Py_TYPE(v);
-    if (t == &PyLong_Type) return pack_int(o, v);
     if (t == &PyUnicode_Type) return pack_str(o, v);
-    if (v == Py_False) return put1(o, 0xc2);
-    if (v == Py_True) return put1(o, 0xc3);
-    if (v == Py_None) return put1(o, 0xc0);
+    int r = reserve(o, 9);
+    if (r != OK) return r;
+    if (t == &PyLong_Type) return w_int(o, v);
+    if (v == Py_False || v == Py_True || v == Py_None) {
+        *o->p++ = v == Py_False ? 0xc2 : v == Py_True ? 0xc3 : 0xc0;
+        return OK;
+    }
     if (depth > 2) return FOREIGN;
     /* a shape: a tuple, torch.Size (a tuple subclass that adds no items) or a list */
     if (PyTuple_Check(v)) return pack_items(o, &PyTuple_GET_ITEM(v, 0), PyTuple_GET_SIZE(v), depth + 1, -1);
     if (PyList_CheckExact(v)) return pack_items(o, PySequence_Fast_ITEMS(v), PyList_GET_SIZE(v), depth + 1, -1);
     return FOREIGN;
+}
+
+static int pack_items(Out *o, PyObject *const *items, Py_ssize_t n, int depth, Py_ssize_t empty_at) {
+    int r = pack_len(o, n);
+    for (Py_ssize_t i = 0; i < n && r == OK; i++) r = i == empty_at ? pack_len(o, 0) : pack_value(o, items[i], depth);
+    return r;
 }
 
 /* ---- the slot */
@@ -223,14 +244,16 @@ static void write_head(uint8_t *slot, long long end_t, int state, Py_ssize_t n, 
     memcpy(slot, h, HEAD);
 }
 
-static uint8_t *slot_of(SlotWriter *self, PyObject *op_id, long long *id) {
-    *id = as_ll(op_id);
-    if (*id == -1 && PyErr_Occurred()) return NULL;
-    return (uint8_t *)self->buf.buf + self->base + (*id & self->mask) * self->slot_size;
+static uint8_t *slot_of(SlotWriter *self, long long id) {
+    return (uint8_t *)self->buf.buf + self->base + (id & self->mask) * self->slot_size;
 }
 
 static PyObject *sw_start(SlotWriter *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "start(op_id, record) takes 2 arguments");
+    /* Every argument is read before the ring is looked at: reading an int that is not
+       exactly one runs its __index__, which could close the ring. */
+    long long id = as_ll(args[0]);
+    if (id == -1 && PyErr_Occurred()) return NULL;
     if (!self->held) Py_RETURN_NONE; /* released: the ring is closed */
     PyObject *rec = args[1];
     PyObject *const *items;
@@ -244,25 +267,26 @@ static PyObject *sw_start(SlotWriter *self, PyObject *const *args, Py_ssize_t na
     } else {
         goto python;
     }
-    long long id;
-    uint8_t *slot = slot_of(self, args[0], &id);
-    if (slot == NULL) return NULL;
+    uint8_t *slot = slot_of(self, id);
     /* Packed aside, so a start that does not fit or goes to Python leaves the slot's
        payload as it was; then the payload, then the head that points at it (ring.py's
        order): a slot caught half-written carries another op id than its payload and
        is skipped. */
     uint8_t tmp[65536];
-    Out o = {tmp, tmp + (self->slot_size - HEAD), NULL};
+    Out o = {tmp, tmp + sizeof tmp, NULL};
+    Py_ssize_t pmax = self->slot_size - HEAD;
     int r = pack_items(&o, items, n, 0, -1);
-    if (r == FULL) { /* a huge shape: keep the rest of the start */
+    if (r == FULL || (r == OK && o.p - tmp > pmax)) { /* a huge shape: keep the rest of the start */
         o.p = tmp;
         r = pack_items(&o, items, n, 0, self->shape_at);
+        if (r == OK && o.p - tmp > pmax) r = FULL;
     }
     if (r == FOREIGN || r == NOMEM) goto python;
     if (r == FULL) { /* still too big: no stale op left under this slot (ring.py) */
         write_head(slot, 0, 0, 0, id);
     } else {
         memcpy(slot + HEAD, tmp, o.p - tmp);
+        __atomic_signal_fence(__ATOMIC_RELEASE); /* the compiler keeps the payload before the head */
         write_head(slot, 0, 1, o.p - tmp, id);
     }
     self->packed++;
@@ -279,14 +303,13 @@ static PyObject *sw_end(SlotWriter *self, PyObject *const *args, size_t nargsf, 
         (nkw == 1 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "failed") != 0))
         return PyErr_Format(PyExc_TypeError, "end(op_id, t, failed=False)");
     nargs += nkw;
-    if (!self->held) Py_RETURN_NONE;
-    long long id;
-    uint8_t *slot = slot_of(self, args[0], &id);
-    if (slot == NULL) return NULL;
-    long long t = as_ll(args[1]);
-    if (t == -1 && PyErr_Occurred()) return NULL;
+    long long id = as_ll(args[0]), t; /* read before the ring is looked at (see start) */
+    if (id == -1 && PyErr_Occurred()) return NULL;
+    if ((t = as_ll(args[1])) == -1 && PyErr_Occurred()) return NULL;
     int failed = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
     if (failed < 0) return NULL;
+    if (!self->held) Py_RETURN_NONE;
+    uint8_t *slot = slot_of(self, id);
     uint8_t h[9];
     put_le(h, (uint64_t)t, 8);
     h[8] = failed ? 3 : 2;
@@ -324,6 +347,8 @@ static PyObject *sw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         return NULL;
     if (slots <= 0 || (slots & (slots - 1)) != 0) return PyErr_Format(PyExc_ValueError, "slots must be a power of two");
     if (slot_size <= HEAD || slot_size - HEAD > 65535) return PyErr_Format(PyExc_ValueError, "bad slot size");
+    if (base < 0 || slots > (PY_SSIZE_T_MAX - base) / slot_size)
+        return PyErr_Format(PyExc_ValueError, "bad header size");
     SlotWriter *self = (SlotWriter *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
     if (PyObject_GetBuffer(mapping, &self->buf, PyBUF_WRITABLE | PyBUF_SIMPLE) < 0) {
@@ -365,16 +390,23 @@ static PyTypeObject SlotWriterType = {
 
 /* encode_batch(schema, rank, events, encode_one) -> bytes: what msgspec writes for
    Batch(schema, rank, events); an event that is not a record of plain values is
-   encode_one(event)'s bytes (msgspec's, which also raises for what it cannot encode) */
+   encode_one(event)'s bytes (msgspec's, which also raises for what it cannot encode).
+   NotImplemented where the frame's head is not a list and two ints of 64 bits: the
+   caller encodes that one with msgspec. */
 static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 4 || !PyList_CheckExact(args[2]))
-        return PyErr_Format(PyExc_TypeError, "encode_batch(schema, rank, events: list, encode_one)");
+    if (nargs != 4) return PyErr_Format(PyExc_TypeError, "encode_batch(schema, rank, events, encode_one)");
+    if (!PyList_CheckExact(args[2]) || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1]))
+        Py_RETURN_NOTIMPLEMENTED; /* the caller's msgspec encodes it, whatever it is */
     PyObject *events = args[2], *encode_one = args[3];
     Out o = {NULL, NULL, NULL};
     if (grow(&o, 64 + 96 * (size_t)PyList_GET_SIZE(events)) != OK) return PyErr_NoMemory();
-    int r = put(&o, "\x93", 1);
-    if (r == OK) r = PyLong_CheckExact(args[0]) && PyLong_CheckExact(args[1]) ? pack_int(&o, args[0]) : FOREIGN;
-    if (r == OK) r = pack_int(&o, args[1]);
+    *o.p++ = 0x93; /* grow gave room for the head */
+    int r = w_int(&o, args[0]);
+    if (r == OK) r = w_int(&o, args[1]);
+    if (r == FOREIGN) { /* past 64 bits: msgspec's to say */
+        PyMem_Free(o.start);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
     if (r == OK) r = pack_len(&o, PyList_GET_SIZE(events));
     if (r != OK) goto fail;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
@@ -397,7 +429,11 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
                 PyErr_SetString(PyExc_TypeError, "encode_one must return bytes");
                 goto fail;
             }
-            r = put(&o, PyBytes_AS_STRING(b), PyBytes_GET_SIZE(b));
+            r = reserve(&o, (size_t)PyBytes_GET_SIZE(b));
+            if (r == OK) {
+                memcpy(o.p, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+                o.p += PyBytes_GET_SIZE(b);
+            }
             Py_DECREF(b);
             if (r != OK) goto fail;
         }
@@ -407,11 +443,7 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     return out;
 fail:
     PyMem_Free(o.start);
-    if (!PyErr_Occurred()) {
-        if (r == NOMEM) return PyErr_NoMemory();
-        PyErr_SetString(PyExc_TypeError, "encode_batch: schema and rank must be ints");
-    }
-    return NULL;
+    return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
 static PyMethodDef module_methods[] = {

@@ -263,9 +263,9 @@ def _msgspec_batch(schema: int, rank: int, events: list, _encode_one=None) -> by
 
 def _c_batch_encoder():
     """commviz/_fastpack.c's frame encoder (the probe's records packed without Python
-    per value, ~3x fewer instructions than msgspec's generic path) where it is built
-    and writes, for a frame of every kind of record, the bytes msgspec writes; else
-    msgspec's."""
+    per value) where it is built and writes, for a frame of every kind of record, the
+    bytes msgspec writes; else msgspec's. msgspec encodes what it hands back (a
+    frame whose head is not a list and two 64-bit ints)."""
     try:
         from commviz._fastpack import encode_batch as c_encode
     except ImportError:
@@ -273,9 +273,17 @@ def _c_batch_encoder():
     sample = [start_record(2**40, 2**62, "all_reduce", "0", 300, 70_000, "bfloat16", (8, 1024), peer=-40,
                            is_async=True, reduce_op="SUM"), end_record(2**40, -(2**40), "x" * 40, 5),
               GroupDef("g", [0, 1], "gloo"), [START, 1, 2, "é", "", 0, 0, "", [], -1, -1, False, ""]]
-    if c_encode(3, 70_000, sample, _encoder.encode) != _msgspec_batch(3, 70_000, sample):
+    try:
+        if c_encode(3, 70_000, sample, _encoder.encode) != _msgspec_batch(3, 70_000, sample):
+            return _msgspec_batch
+    except Exception:
         return _msgspec_batch
-    return c_encode
+
+    def encode(schema: int, rank: int, events: list, encode_one) -> bytes:
+        out = c_encode(schema, rank, events, encode_one)
+        return _msgspec_batch(schema, rank, events) if out is NotImplemented else out
+
+    return encode
 
 
 def encode_batch(rank: int, events: list, schema: int = BASE_SCHEMA) -> bytes:

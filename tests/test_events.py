@@ -158,3 +158,12 @@ def test_a_record_the_packer_does_not_take_is_encoded_by_msgspec_and_its_errors_
         events._msgspec_batch(1, 0, odd)
     with pytest.raises(OverflowError):
         encode_batch(0, odd)
+
+
+def test_a_frame_head_the_packer_does_not_take_is_msgspecs_to_encode():
+    from commviz import events
+
+    evs = [("end", 1, 2, "", -1, -1)]
+    assert encode_batch(True, evs) == events._msgspec_batch(1, True, evs)  # a bool rank, as msgspec writes it
+    with pytest.raises(OverflowError):
+        encode_batch(0, evs, 2**64)

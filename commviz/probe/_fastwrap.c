@@ -659,6 +659,14 @@ static int ends_next(PyObject *recs, Py_ssize_t i, PyObject *op_id, PyObject *st
     return id == op_id ? 1 : PyObject_RichCompareBool(id, op_id, Py_EQ);
 }
 
+/* inflight.pop(op_id, None), without a lookup while nothing is in flight; 0 or -1 */
+static int forget(PyObject *inflight, PyObject *op_id) {
+    if (PyDict_GET_SIZE(inflight) == 0 || PyDict_DelItem(inflight, op_id) == 0) return 0;
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
 /* drain(records, inflight, fields, START, END, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)):
  * the sender's loop over what it popped (probe/sender.py, _drain, which does the same
  * in Python where this is not built), a few dozen instructions a record instead of
@@ -667,7 +675,7 @@ static int ends_next(PyObject *recs, Py_ssize_t i, PyObject *op_id, PyObject *st
  * per tensor per batch (the cache holds each tensor while it runs, so an address
  * stands for one tensor), and goes in flight; a start tuple goes in flight; any other
  * tuple is an end and leaves it. A start followed by its own end (a blocking op)
- * leaves inflight as it was, without the two dict writes. Every other record is
+ * is not put in flight to be taken out again. Every other record is
  * returned, in order, for Python to look at. */
 static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     Py_ssize_t ix[5];
@@ -711,15 +719,17 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
                 last_hit = hit;
             }
             int ok = hit != NULL && PyList_GET_SIZE(rec) >= need;
+            if (hit != NULL && !ok) PyErr_SetString(PyExc_RuntimeError, "a queued start changed while it was read");
             for (int f = 1; ok && f < 4; f++) {
                 PyObject *v = PyTuple_GET_ITEM(hit, f);
                 Py_INCREF(v);
                 ok = PyList_SetItem(rec, ix[f], v) == 0;
             }
             int ended = ok ? ends_next(recs, i, PyList_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]) : -1;
-            if (ended == 1)
+            if (ended == 1) {
                 i++;
-            else
+                ok = forget(inflight, PyList_GET_ITEM(rec, ix[0])) == 0;
+            } else
                 ok = ended == 0 && PyDict_SetItem(inflight, PyList_GET_ITEM(rec, ix[0]), rec) == 0;
             Py_XDECREF(hit);
             Py_DECREF(rec);
@@ -731,10 +741,12 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             if (is_start) {
                 int ended = ends_next(recs, i, PyTuple_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]);
                 if (ended < 0) goto fail;
-                if (ended)
+                if (ended) {
                     i++;
-                else if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0)
+                    if (forget(inflight, PyTuple_GET_ITEM(rec, ix[0])) < 0) goto fail;
+                } else if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0) {
                     goto fail;
+                }
             } else if (PyDict_DelItem(inflight, PyTuple_GET_ITEM(rec, ix[4])) < 0) {
                 if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto fail;
                 PyErr_Clear();

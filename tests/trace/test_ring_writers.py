@@ -29,6 +29,8 @@ def starts():
     yield 204, start_record(204, 9, "all_reduce", "0", 1, 8, "float32", [1], reduce_op="X" * 300)  # too big at all
     yield 204 + SLOTS, start_record(204 + SLOTS, 9, "barrier", "0", 2, 0, "", [])  # the same slot again
     yield 205, [*start_record(205, 9, "all_reduce", "0", 1, 8, "float32", (4, 4))]  # a queued list
+    for op_id in (2**16 + 3, 2**33 + 5, 2**62 + 7):  # op ids past every small size class
+        yield op_id, start_record(op_id, 9, "all_reduce", "0", 1, 8, "float32", [2])
 
 
 def test_a_built_install_writes_the_ring_in_c():
@@ -102,3 +104,19 @@ def test_after_release_the_writers_do_nothing_and_the_mapping_closes(tmp_path):
     start(1, start_record(1, 5, "all_reduce", "0", 1, 8, "float32", [2]))  # an op that began as it closed
     end(1, 6)
     assert read_ring(w.path)[2] == []
+
+
+def test_an_argument_whose_reading_closes_the_ring_writes_nothing():
+    """Reading an op id that is not an int runs its __index__; if that closes the
+    ring, the writers must not then write into a mapping that is gone."""
+    buf = bytearray(SIZE)
+    start, end, release = slot_writers(buf)
+
+    class Closing:
+        def __index__(self):
+            release()
+            return 5
+
+    start(Closing(), start_record(5, 9, "all_reduce", "0", 1, 8, "float32", [2]))
+    end(Closing(), 10)
+    assert buf == bytearray(SIZE)
