@@ -667,6 +667,16 @@ static int forget(PyObject *inflight, PyObject *op_id) {
     return 0;
 }
 
+/* a start in flight, unless the next record is its own end (a blocking op): then
+   neither is kept; 1 when that end was taken with it, 0 when not, -1 on error */
+static int take_start(PyObject *recs, Py_ssize_t i, PyObject *rec, PyObject *op_id, PyObject *inflight,
+                      PyObject *start_c, PyObject *end_c, Py_ssize_t e_id) {
+    int ended = ends_next(recs, i, op_id, start_c, end_c, e_id);
+    if (ended < 0) return -1;
+    if (ended) return forget(inflight, op_id) < 0 ? -1 : 1;
+    return PyDict_SetItem(inflight, op_id, rec) < 0 ? -1 : 0;
+}
+
 /* drain(records, inflight, fields, START, END, (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)):
  * the sender's loop over what it popped (probe/sender.py, _drain, which does the same
  * in Python where this is not built), a few dozen instructions a record instead of
@@ -725,32 +735,19 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
                 Py_INCREF(v);
                 ok = PyList_SetItem(rec, ix[f], v) == 0;
             }
-            int ended = ok ? ends_next(recs, i, PyList_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]) : -1;
-            if (ended == 1) {
-                i++;
-                ok = forget(inflight, PyList_GET_ITEM(rec, ix[0])) == 0;
-            } else
-                ok = ended == 0 && PyDict_SetItem(inflight, PyList_GET_ITEM(rec, ix[0]), rec) == 0;
+            int took = ok ? take_start(recs, i, rec, PyList_GET_ITEM(rec, ix[0]), inflight, start_c, end_c, ix[4]) : -1;
+            if (took > 0) i++;
             Py_XDECREF(hit);
             Py_DECREF(rec);
-            if (!ok) goto fail;
+            if (took < 0) goto fail;
         } else if (PyTuple_CheckExact(rec) && PyTuple_GET_SIZE(rec) > ix[0] && PyTuple_GET_SIZE(rec) > ix[4]) {
             PyObject *tag = PyTuple_GET_ITEM(rec, 0);
             int is_start = tag == start_c ? 1 : tag == end_c ? 0 : PyObject_RichCompareBool(tag, start_c, Py_EQ);
             if (is_start < 0) goto fail;
-            if (is_start) {
-                int ended = ends_next(recs, i, PyTuple_GET_ITEM(rec, ix[0]), start_c, end_c, ix[4]);
-                if (ended < 0) goto fail;
-                if (ended) {
-                    i++;
-                    if (forget(inflight, PyTuple_GET_ITEM(rec, ix[0])) < 0) goto fail;
-                } else if (PyDict_SetItem(inflight, PyTuple_GET_ITEM(rec, ix[0]), rec) < 0) {
-                    goto fail;
-                }
-            } else if (PyDict_DelItem(inflight, PyTuple_GET_ITEM(rec, ix[4])) < 0) {
-                if (!PyErr_ExceptionMatches(PyExc_KeyError)) goto fail;
-                PyErr_Clear();
-            }
+            int took = is_start ? take_start(recs, i, rec, PyTuple_GET_ITEM(rec, ix[0]), inflight, start_c, end_c, ix[4])
+                                : forget(inflight, PyTuple_GET_ITEM(rec, ix[4]));
+            if (took < 0) goto fail;
+            i += took;
         } else if (PyList_Append(others, rec) < 0) {
             goto fail;
         }
