@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from commviz.commands._dashboard import run_app, topology_option
-from commviz.commands._trace import add_path_arguments, load_trace
+from commviz.commands._trace import add_path_arguments, open_stream
 from commviz.commands.base import TOPOLOGY_HELP, Command
 from commviz.errors import CommvizError
 
@@ -21,12 +21,19 @@ def add_arguments(p) -> None:
 def run(args, cmd: list[str]) -> int:
     from commviz.tui.feed import ReplayFeed
 
+    from commviz.trace.torchfiles import parse_rank_map
+
     topology = topology_option(args.topology)
-    loaded = load_trace(args.path, rank_map=args.rank_map)
-    if not loaded.batches:
+    # Read as it plays, never whole: the first pass (frame heads and hellos) and each
+    # rank's last frame, then the dashboard; an index of seek checkpoints is built
+    # beside it (trace/seek.py).
+    stream = open_stream(args.path, rank_map=args.rank_map)
+    if not stream.ranks:
         raise CommvizError(f"{args.path}: no events to replay")
-    feed = ReplayFeed(loaded.batches, cut_off=loaded.truncated, snapshot=loaded.snapshot, speed=args.speed,
-                      name=os.path.basename(str(args.path).rstrip("/")))
+    feed = ReplayFeed(stream, cut_off=stream.truncated, snapshot=stream.snapshot, speed=args.speed,
+                      name=os.path.basename(str(args.path).rstrip("/")), rank_map=parse_rank_map(args.rank_map))
+    if feed.done:
+        raise CommvizError(f"{args.path}: no events to replay")
     return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology,
                    simulate=topology is not None)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+from array import array
 from collections.abc import Iterable
 
 from commviz.events import Audit, Hello
@@ -29,16 +30,73 @@ END_SLACK_NS = 100_000
 
 
 class Windows:
-    """The recent events of one rank, as (group, start, end) on its monotonic clock."""
+    """The recent events of one rank, as (group, start, end) on its monotonic clock.
+
+    Kept as three columns in a ring (two int64 arrays and a group index each), not as
+    tuples: at 256 ranks the full windows are 2M ops, ~270 MB as tuples and ~40 MB so,
+    and a replay's seek checkpoints pickle them whole (`trace/seek.py`)."""
 
     def __init__(self, size: int = WINDOWS) -> None:
-        self.ended: collections.deque = collections.deque(maxlen=size)
+        self.maxlen = size
+        self._t0, self._t1, self._g = array("q"), array("q"), array("i")
+        self._head = 0  # where the oldest is, once full
+        self._names: list[str] = []
+        self._ids: dict[str, int] = {}
         self.dropped_before = -1  # start of the newest event pushed out (-1: none yet)
 
+    def __len__(self) -> int:
+        return len(self._t0)
+
+    @property
+    def ended(self) -> list[tuple[str, int, int]]:
+        """(group, start, end), oldest first."""
+        names = self._names
+        h = self._head
+        t0, t1, g = (a[h:] + a[:h] for a in (self._t0, self._t1, self._g))
+        return [(names[k], a, b) for k, a, b in zip(g, t0, t1)]
+
     def add(self, group: str, t0: int, t1: int) -> None:
-        if len(self.ended) == self.ended.maxlen:
-            self.dropped_before = max(self.dropped_before, self.ended[0][1])
-        self.ended.append((group, t0, t1))
+        gi = self._ids.get(group)
+        if gi is None:
+            gi = self._ids[group] = len(self._names)
+            self._names.append(group)
+        if len(self._t0) < self.maxlen:
+            self._t0.append(t0)
+            self._t1.append(t1)
+            self._g.append(gi)
+            return
+        h = self._head
+        if self._t0[h] > self.dropped_before:
+            self.dropped_before = self._t0[h]
+        self._t0[h], self._t1[h], self._g[h] = t0, t1, gi
+        self._head = (h + 1) % self.maxlen
+
+    def extend(self, groups: list[str], t0s: list[int], t1s: list[int], pushed: int | None = None) -> None:
+        """`add` for each, in order, at once; `pushed`: the newest start of those left
+        out before these (they would have pushed older ones out)."""
+        if pushed is not None and pushed > self.dropped_before:
+            self.dropped_before = pushed
+        if not t0s:
+            return
+        ids = self._ids
+        for name in set(groups).difference(ids):
+            ids[name] = len(self._names)
+            self._names.append(name)
+        gs = list(map(ids.__getitem__, groups))
+        if len(self._t0) + len(t0s) <= self.maxlen:  # not full yet: the ring has not turned
+            self._t0.extend(t0s)
+            self._t1.extend(t1s)
+            self._g.extend(gs)
+            return
+        h = self._head
+        t0 = self._t0[h:] + self._t0[:h] + array("q", t0s)
+        t1 = self._t1[h:] + self._t1[:h] + array("q", t1s)
+        g = self._g[h:] + self._g[:h] + array("i", gs)
+        over = len(t0) - self.maxlen
+        newest_out = max(t0[:over])
+        if newest_out > self.dropped_before:
+            self.dropped_before = newest_out
+        self._t0, self._t1, self._g, self._head = t0[over:], t1[over:], g[over:], 0
 
 
 def _offset_at(hello: Hello | None, a: Audit):
@@ -70,7 +128,7 @@ def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None
         starts.append(t0)
         ends.append(t1)
     if w.dropped_before >= 0 and to_mono(min(op.t_wall for op in a.ops)) <= w.dropped_before:
-        return {"state": f"partial: commviz keeps the last {w.ended.maxlen} ops per rank and the flight "
+        return {"state": f"partial: commviz keeps the last {w.maxlen} ops per rank and the flight "
                          "recorder reaches further back"}
     backend: collections.Counter = collections.Counter()
     seen: collections.Counter = collections.Counter()

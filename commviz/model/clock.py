@@ -228,56 +228,108 @@ def order_stream_chunks(sources: list[StreamSource], first_offset: dict[int, int
                         chunk: int = CHUNK) -> Iterator[Chunk]:
     """`order_stream`'s order, handed on as `Chunk`s for `Model.ingest_chunk`, with
     the per-event work done in numpy: a frame whose every event carries a stamp and
-    no new clock offset is stamped as a whole."""
-    offset = dict(first_offset)
-    buf = _Pending()
-    heads = [(s.frontier(), i) for i, s in enumerate(sources)]
-    heapq.heapify(heads)
-    seen = [0] * len(sources)
-    get_t = attrgetter("t")
-    while heads:
-        _, i = heapq.heappop(heads)
-        src = sources[i]
-        got = next(src.frames, None)
-        if got is None:
-            _flush_untimed(src, i, buf.slow)
-            src.left.clear()
-        else:
-            rank, batch = got
-            if batch is not None:
-                evs = batch.events
-                ts = None
-                if rank not in src.waiting and evs:
-                    try:
-                        ts = list(map(get_t, evs))
-                    except AttributeError:  # a hello or a group definition: one by one
-                        ts = None
-                if ts is None:
-                    seen[i] = _stamp(src, i, seen[i], rank, batch, offset, buf.slow)
-                else:
-                    off = offset.get(rank, 0)
-                    last = src.last.get(rank)
-                    buf.frames.append((rank, i, seen[i], len(ts), off, last))
-                    buf.ts += ts
-                    buf.evs += evs
-                    seen[i] += len(ts)
-                    newest = max(ts) + off
-                    if last is not None and last > newest:
-                        newest = last
-                    if newest != last:
-                        src.advance(rank, newest)
-            n = src.left.get(rank, 0) - 1
-            src.left[rank] = n
-            if n <= 0:
-                src.untimed.discard(rank)
-                _flush_untimed(src, i, buf.slow, rank)
-            heapq.heappush(heads, (src.frontier(), i))
-        if len(buf) >= chunk or not heads:
-            limit = heads[0][0] if heads else float("inf")
-            out = _flush(buf, limit)
-            if out is not None:
-                yield out
-            chunk = max(chunk, 2 * len(buf))  # inputs far out of step: sort again once it doubled
+    no new clock offset is stamped as a whole. Each chunk's `times` are its events'
+    trace times, in its order."""
+    return iter(ChunkMerge(sources, first_offset, chunk))
+
+
+class ChunkMergeState:
+    """Where a `ChunkMerge` stood between two chunks, as plain data (pickled into a
+    replay's seek checkpoints): what it had read and not handed on, each input's
+    stamping state, and each input's `frames.position` for its caller to reopen it."""
+
+    def __init__(self, m: ChunkMerge) -> None:
+        b = m.buf
+        self.keep = (b.keep_t, b.keep_i, b.keep_n, b.keep_r, list(b.keep_ev))
+        self.offset, self.heads, self.seen, self.chunk = dict(m.offset), list(m.heads), list(m.seen), m.chunk
+        self.sources = [(dict(s.left), dict(s.last), {r: list(w) for r, w in s.waiting.items()}, set(s.untimed),
+                         list(s._front)) for s in m.sources]
+        self.positions = [getattr(s.frames, "position", None) for s in m.sources]
+
+
+class ChunkMerge:
+    """`order_stream_chunks` as an object: iterating it hands on the chunks, and
+    between two of them `state()` says where it stands, for `resume` (a replay's seek
+    checkpoints, `trace/seek.py`)."""
+
+    def __init__(self, sources: list[StreamSource], first_offset: dict[int, int], chunk: int = CHUNK) -> None:
+        self.sources = sources
+        self.offset = dict(first_offset)
+        self.buf = _Pending()
+        self.heads = [(s.frontier(), i) for i, s in enumerate(sources)]
+        heapq.heapify(self.heads)
+        self.seen = [0] * len(sources)
+        self.chunk = chunk
+
+    @classmethod
+    def resume(cls, state: ChunkMergeState, frames: list[Iterator]) -> ChunkMerge:
+        m = cls.__new__(cls)
+        m.sources = _reopened(frames, state.sources)
+        m.offset, m.heads, m.seen, m.chunk = state.offset, state.heads, state.seen, state.chunk
+        m.buf = _Pending()
+        b = m.buf
+        b.keep_t, b.keep_i, b.keep_n, b.keep_r, b.keep_ev = state.keep
+        return m
+
+    def state(self) -> ChunkMergeState:
+        return ChunkMergeState(self)
+
+    def __iter__(self) -> Iterator[Chunk]:
+        offset, buf, heads, sources, seen = self.offset, self.buf, self.heads, self.sources, self.seen
+        get_t = attrgetter("t")
+        while heads:
+            _, i = heapq.heappop(heads)
+            src = sources[i]
+            got = next(src.frames, None)
+            if got is None:
+                _flush_untimed(src, i, buf.slow)
+                src.left.clear()
+            else:
+                rank, batch = got
+                if batch is not None:
+                    evs = batch.events
+                    ts = None
+                    if rank not in src.waiting and evs:
+                        try:
+                            ts = list(map(get_t, evs))
+                        except AttributeError:  # a hello or a group definition: one by one
+                            ts = None
+                    if ts is None:
+                        seen[i] = _stamp(src, i, seen[i], rank, batch, offset, buf.slow)
+                    else:
+                        off = offset.get(rank, 0)
+                        last = src.last.get(rank)
+                        buf.frames.append((rank, i, seen[i], len(ts), off, last))
+                        buf.ts += ts
+                        buf.evs += evs
+                        seen[i] += len(ts)
+                        newest = max(ts) + off
+                        if last is not None and last > newest:
+                            newest = last
+                        if newest != last:
+                            src.advance(rank, newest)
+                n = src.left.get(rank, 0) - 1
+                src.left[rank] = n
+                if n <= 0:
+                    src.untimed.discard(rank)
+                    _flush_untimed(src, i, buf.slow, rank)
+                heapq.heappush(heads, (src.frontier(), i))
+            if len(buf) >= self.chunk or not heads:
+                limit = heads[0][0] if heads else float("inf")
+                out = _flush(buf, limit)
+                # inputs far out of step: sort again once it doubled
+                self.chunk = max(self.chunk, 2 * len(buf))
+                if out is not None:
+                    yield out
+
+
+def _reopened(frames: list[Iterator], states: list[tuple]) -> list[StreamSource]:
+    sources = []
+    for f, (left, last, waiting, untimed, front) in zip(frames, states):
+        s = StreamSource(f, {})
+        s.left, s.last, s.waiting, s.untimed, s._front = left, last, waiting, untimed, front
+        sources.append(s)
+    return sources
 
 
 def _flush(buf: _Pending, limit: float) -> Chunk | None:
@@ -330,7 +382,9 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
     # memory) and ingests them in the merged order.
     emit = order[:cut]
     sel = np.sort(emit)
-    return Chunk(_take(evs, sel), r[sel], np.searchsorted(sel, emit))
+    out = Chunk(_take(evs, sel), r[sel], np.searchsorted(sel, emit))
+    out.times = t[emit]
+    return out
 
 
 def _take(items: list, order: np.ndarray) -> list:

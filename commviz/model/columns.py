@@ -30,7 +30,7 @@ stay idle) is ingested one event at a time, or in halves.
 from __future__ import annotations
 
 import gc
-from itertools import islice, repeat
+from itertools import repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
@@ -165,7 +165,7 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
     if len(events) < MIN_BATCH or model.keep_ops or model._deferred is not None:
         _one_by_one(model, ranks, events)
         return len(events)
-    with _no_gc():
+    with no_gc():
         chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
         cut = settle_point(chunk, model.groups) if settle and len(chunk) >= SETTLE_MIN else len(chunk)
         ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
@@ -215,7 +215,7 @@ def settle_point(c: Chunk, groups: dict | None = None) -> int:
     return int(lo + np.flatnonzero(halfway[lo:] == best)[-1])
 
 
-class _no_gc:
+class no_gc:
     """The batch builds many short-lived tuples and lists, none in a cycle: the cyclic
     collector, which would walk every object the model holds each time, is held off."""
 
@@ -736,30 +736,16 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
                 items.insert(at[j], (e[2], e[3], e[4]))
             if extra[-1][0] > last_pos:
                 last = extra[-1]
-        _window_extend(r.windows, items, pushed)
+        r.windows.extend(*(zip(*items) if items else ((), (), ())), pushed)
         if last is not None:
             r.last_op, r.last_op_end, r.last_start = last[5], last[6], last[7]
         else:
             r.last_op, r.last_op_end, r.last_start = p.sig_list[p.sig[k]][0], int(p.e_wall[k]), p.start_obj(k)
     for rank, extra in slow_by.items():  # ranks with only slow ends
         r = model.ranks[rank]
-        _window_extend(r.windows, [(e[2], e[3], e[4]) for e in extra], None)
+        r.windows.extend([e[2] for e in extra], [e[3] for e in extra], [e[4] for e in extra])
         e = extra[-1]
         r.last_op, r.last_op_end, r.last_start = e[5], e[6], e[7]
-
-
-def _window_extend(w, items: list, pushed: int | None) -> None:
-    """`w.add` for each (group, start, end) in order, at once: what falls out of the
-    full deque raises `dropped_before` to its newest start (`pushed`: that of the
-    items left out before these)."""
-    q = w.ended
-    over = len(q) + len(items) - q.maxlen
-    if pushed is not None:
-        w.dropped_before = max(w.dropped_before, pushed)
-    if over > 0:
-        out = list(islice(q, over)) if over <= len(q) else list(q) + items[:over - len(q)]
-        w.dropped_before = max(w.dropped_before, max(x[1] for x in out))
-    q.extend(items)
 
 
 def _traffic(model: Model, p: _Plan, d: Deferred) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from commviz.events import Event, Mark, OpStart
 from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.state import Model
@@ -83,16 +85,50 @@ def diagnosis_ticks(events: list[tuple[int, int, Event]], cut_off: bool = False,
     """Where each of the trace's diagnoses (as `commviz summary` finds them) began."""
     if not events:
         return []
-    scratch = Model(thresholds=thresholds)
-    first_start: dict[tuple[str, int, str], int] = {}
+    scratch = DiagnosisTicks(Model(thresholds=thresholds))
     for t, rank, ev in events:
-        scratch.ingest(rank, ev)
-        if isinstance(ev, OpStart):
-            first_start.setdefault((ev.group, ev.seq, ev.op), t)
-    scratch.end_of_trace(cut_off)
-    end = events[-1][0]
-    return [Tick(_when(d, first_start, scratch, end), f"{d.kind.upper()}: {d.message}", d.kind)
-            for d in scratch.findings(end).diagnoses]
+        scratch.model.ingest(rank, ev)
+        scratch.saw(t, ev)
+    return scratch.ticks(cut_off, events[-1][0])
+
+
+class DiagnosisTicks:
+    """What `diagnosis_ticks` keeps, for a pass that feeds `model` itself (in
+    batches, between seek checkpoints: `trace/seek.py`): `saw` each event in order,
+    then `ticks` once the trace is over."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.first_start: dict[tuple[str, int, str], int] = {}
+        self.marks: list[Tick] = []
+
+    def saw(self, t: int, ev: Event) -> None:
+        tp = type(ev)
+        if tp is OpStart:
+            self.first_start.setdefault((ev.group, ev.seq, ev.op), t)
+        elif tp is Mark:
+            self.marks.append(Tick(t, ev.text))
+
+    def saw_chunk(self, chunk) -> None:
+        """`saw` every event of a `columns.Chunk` (its `times` from the merge)."""
+        from commviz.model.columns import QUIET, START
+
+        kind, times, event = chunk.kind, chunk.times, chunk.event
+        fs = self.first_start
+        for k in np.flatnonzero(kind == START).tolist():
+            ev = event(k)
+            key = (ev.group, ev.seq, ev.op)
+            if key not in fs:
+                fs[key] = int(times[k])
+        for k in np.flatnonzero(kind == QUIET).tolist():
+            ev = event(k)
+            if type(ev) is Mark:
+                self.marks.append(Tick(int(times[k]), ev.text))
+
+    def ticks(self, cut_off: bool, end: int) -> list[Tick]:
+        self.model.end_of_trace(cut_off)
+        return [Tick(_when(d, self.first_start, self.model, end), f"{d.kind.upper()}: {d.message}", d.kind)
+                for d in self.model.findings(end).diagnoses]
 
 
 def _when(d: Diagnosis, first_start: dict[tuple[str, int, str], int], m: Model, end: int) -> int:

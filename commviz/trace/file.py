@@ -103,27 +103,73 @@ def iter_frames(path: str, out: Loaded, start: int = 0) -> Iterator[tuple[int, b
         while off < size:
             head = read(LEN.size)
             if len(head) < LEN.size:
-                out.truncated = True
-                out.problems.append(f"{path}: truncated at offset {off}: {len(head)} stray bytes after the last whole frame")
+                _stray(out, path, off, len(head))
                 return
             (n,) = LEN.unpack(head)
             if n > MAX_FRAME:
-                out.bad_frames += 1
-                out.problems.append(
-                    f"{path}: offset {off}: frame length {n} exceeds the {MAX_FRAME}-byte limit; "
-                    "the rest of the file is unreadable"
-                )
+                _too_long(out, path, off, n)
                 return
             payload = read(n)
             if len(payload) < n:
-                out.truncated = True
-                out.problems.append(
-                    f"{path}: truncated at offset {off}: frame of {n} bytes, only {len(payload)} present "
-                    "(the writer was probably killed); loaded everything before it"
-                )
+                _cut(out, path, off, n, len(payload))
                 return
             yield off, payload
             off += LEN.size + n
+
+
+SCAN_BLOCK = 8 << 20  # bytes a first pass reads at once
+
+
+def scan_frames(path: str, out: Loaded) -> Iterator[tuple[int, int, bytes, int]]:
+    """(offset, payload length, a block of the file, where the payload starts in it)
+    of each whole frame, as `iter_frames` finds them and with the same notes, for a
+    first pass that reads a few bytes of each frame: the file is read in blocks, no
+    payload copied out (nor mapped: mapped pages of a big file would count in the
+    process's resident memory)."""
+    with open(path, "rb") as f:
+        _check_header(path, f.read(HEADER.size))
+        size = os.fstat(f.fileno()).st_size
+        unpack = LEN.unpack_from
+        block, base, off = b"", HEADER.size, HEADER.size
+        while off < size:
+            rel = off - base
+            if rel + LEN.size > len(block):
+                block, base, rel = block[rel:] + f.read(SCAN_BLOCK), off, 0
+                if LEN.size > len(block):
+                    _stray(out, path, off, len(block))
+                    return
+            (n,) = unpack(block, rel)
+            if n > MAX_FRAME:
+                _too_long(out, path, off, n)
+                return
+            if rel + LEN.size + n > len(block):
+                block, base, rel = block[rel:] + f.read(max(SCAN_BLOCK, LEN.size + n)), off, 0
+                if LEN.size + n > len(block):
+                    _cut(out, path, off, n, len(block) - LEN.size)
+                    return
+            yield off, n, block, rel + LEN.size
+            off += LEN.size + n
+
+
+def _stray(out: Loaded, path: str, off: int, k: int) -> None:
+    out.truncated = True
+    out.problems.append(f"{path}: truncated at offset {off}: {k} stray bytes after the last whole frame")
+
+
+def _too_long(out: Loaded, path: str, off: int, n: int) -> None:
+    out.bad_frames += 1
+    out.problems.append(
+        f"{path}: offset {off}: frame length {n} exceeds the {MAX_FRAME}-byte limit; "
+        "the rest of the file is unreadable"
+    )
+
+
+def _cut(out: Loaded, path: str, off: int, n: int, have: int) -> None:
+    out.truncated = True
+    out.problems.append(
+        f"{path}: truncated at offset {off}: frame of {n} bytes, only {have} present "
+        "(the writer was probably killed); loaded everything before it"
+    )
 
 
 def load(path: str | os.PathLike) -> Loaded:

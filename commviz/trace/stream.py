@@ -20,9 +20,11 @@ from typing import Callable, Iterator
 import msgspec
 
 from commviz.events import Batch, FrameError, Hello, decode_batch
-from commviz.model.clock import StreamSource, offset_ns, order_stream, order_stream_chunks
+from commviz.model.clock import order_events
+from commviz.model.clock import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_stream,
+                                 order_stream_chunks)
 from commviz.trace import sources
-from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames
+from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames, scan_frames
 
 PROGRESS_EVERY = 16 << 20  # bytes decoded between two progress calls
 HELLO_TAG = b"\xa5hello"  # msgpack for the tag "hello": a frame holding one is decoded in the first pass
@@ -61,6 +63,10 @@ class TraceStream:
         self._counts: list[dict[int, int]] = []
         self._memory: list[list[Batch]] = []  # inputs that are not .cvz files, read whole
         self.first_offset: dict[int, int] = {}
+        # rank -> (file, offset, clock offset then) of its last frame in each file: the
+        # trace's end, read before the trace is (`end_estimate`)
+        self._last_frames: dict[int, list[tuple[str, int, int | None]]] = {}
+        self._noted: set[tuple[str, int]] = set()  # frames that did not decode, noted once over all passes
         self.total_bytes = 0
         self.bytes_done = 0
         self._scan()
@@ -122,60 +128,175 @@ class TraceStream:
 
     def _scan_file(self, path: str) -> None:
         counts: dict[int, int] = {}
+        last: dict[int, tuple[int, int | None]] = {}
+        newest_offset: dict[int, int] = {}
         self.info.files.append(path)
-        for _, payload in iter_frames(path, self.info):
-            rank = frame_rank(payload)
+        for off, n, block, p in scan_frames(path, self.info):
+            rank = _head_rank(block, p)
             if rank is None:
-                continue  # the decoding pass counts and names it
+                rank = frame_rank(block[p:p + n])
+                if rank is None:
+                    continue  # the decoding pass counts and names it
             counts[rank] = counts.get(rank, 0) + 1
-            if rank not in self.first_offset and HELLO_TAG in payload:
+            if block.find(HELLO_TAG, p, p + n) >= 0:
                 try:
-                    batch = decode_batch(payload)
+                    batch = decode_batch(block[p:p + n])
                 except FrameError:
-                    continue
-                for ev in batch.events:
+                    batch = None
+                for ev in batch.events if batch is not None else ():
                     if isinstance(ev, Hello):
                         self.first_offset.setdefault(rank, offset_ns(ev))
-                        break
+                        newest_offset[rank] = offset_ns(ev)
+            last[rank] = (off, newest_offset.get(rank))
+        for rank, (off, clock) in last.items():
+            self._last_frames.setdefault(rank, []).append((path, off, clock))
         self._files.append(path)
         self._counts.append(counts)
         self.total_bytes += os.path.getsize(path)
 
-    def _decode(self, path: str) -> Iterator[tuple[int, Batch | None]]:
+    def end_estimate(self) -> int | None:
+        """The trace time of its last event, from each rank's last frame alone (a rank
+        whose clock ran back can end later: `order_stream` clamps it); None for no
+        timed event."""
+        end = None
+        for rank, frames in self._last_frames.items():
+            for path, off, clock in frames:
+                scratch = Loaded()
+                for _, payload in iter_frames(path, scratch, start=off):
+                    try:
+                        batch = decode_batch(payload)
+                    except FrameError:
+                        break
+                    for ev in batch.events:
+                        if type(ev) is Hello:
+                            clock = offset_ns(ev)
+                            t = ev.wall_ns
+                        else:
+                            raw = getattr(ev, "t", None)
+                            if raw is None:
+                                continue
+                            t = raw + (clock if clock is not None else self.first_offset.get(rank, 0))
+                        if end is None or t > end:
+                            end = t
+                    break
+        for batches in self._memory:
+            for t, _, _ in order_events(batches)[-1:]:
+                end = t if end is None or t > end else end
+        return end
+
+    def _decode(self, path: str, start: int = 0, reader: FileFrames | None = None,
+                count: bool = True) -> Iterator[tuple[int, Batch | None]]:
+        """The frames of `path` from offset `start`, decoded. `count`: this pass adds to
+        `bytes_done` and calls `progress` (a replay's many passes do not)."""
         scratch = Loaded()  # the first pass already noted cut-offs and bad lengths
         next_note = PROGRESS_EVERY
-        for off, payload in iter_frames(path, scratch):
-            self.bytes_done += len(payload) + 4
-            if self.bytes_done >= next_note and self.progress is not None:
-                self.progress(self.bytes_done, self.total_bytes)
-                next_note = self.bytes_done + PROGRESS_EVERY
+        for off, payload in iter_frames(path, scratch, start):
+            if reader is not None:
+                reader.position = off + len(payload) + 4
+                reader.bytes_read += len(payload) + 4
+            if count:
+                self.bytes_done += len(payload) + 4
+                if self.bytes_done >= next_note and self.progress is not None:
+                    self.progress(self.bytes_done, self.total_bytes)
+                    next_note = self.bytes_done + PROGRESS_EVERY
             try:
                 yield 0, decode_batch(payload)
             except FrameError as exc:
-                self.info.bad_frames += 1
-                self.info.problems.append(f"{path}: offset {off}: {exc}")
+                if (path, off) not in self._noted:
+                    self._noted.add((path, off))
+                    self.info.bad_frames += 1
+                    self.info.problems.append(f"{path}: offset {off}: {exc}")
                 rank = frame_rank(payload)
                 if rank is not None:
                     yield rank, None
-        self.bytes_done += 8  # the header
+        if count:
+            self.bytes_done += 8  # the header
 
     def events(self) -> Iterator[tuple[int, int, object]]:
         """(trace wall ns, rank, event) in the one order (`model.clock`)."""
         return order_stream(self._sources(), self.first_offset)
 
+    def chunk_merge(self, state: ChunkMergeState | None = None, chunk: int = CHUNK) -> ChunkMerge:
+        """`chunks` as a merge whose `state()` can be taken between two chunks and handed
+        back here to go on from there (a replay's seek checkpoints): from the start, or
+        from `state`. It adds nothing to `bytes_done`; its inputs' `bytes_read` say how
+        far it has read."""
+        if state is None:
+            return ChunkMerge(self._sources(count=False), self.first_offset, chunk)
+        return ChunkMerge.resume(state, self._frames(state.positions, count=False))
+
     def chunks(self) -> Iterator:
         """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`."""
         return order_stream_chunks(self._sources(), self.first_offset)
 
-    def _sources(self) -> list[StreamSource]:
-        self.bytes_done = 0
-        sources = [StreamSource(_with_rank(self._decode(f)), c) for f, c in zip(self._files, self._counts)]
+    def _frames(self, positions: list | None = None, count: bool = True) -> list:
+        positions = positions or [None] * (len(self._files) + len(self._memory))
+        frames: list = [FileFrames(self, f, pos or 0, count) for f, pos in zip(self._files, positions)]
+        for batches, pos in zip(self._memory, positions[len(self._files):]):
+            frames.append(ListFrames(batches, pos or 0))
+        return frames
+
+    def _sources(self, count: bool = True) -> list[StreamSource]:
+        if count:
+            self.bytes_done = 0
+        counts = list(self._counts)
         for batches in self._memory:
-            counts: dict[int, int] = {}
+            c: dict[int, int] = {}
             for b in batches:
-                counts[b.rank] = counts.get(b.rank, 0) + 1
-            sources.append(StreamSource(((b.rank, b) for b in batches), counts))
-        return sources
+                c[b.rank] = c.get(b.rank, 0) + 1
+            counts.append(c)
+        return [StreamSource(f, c) for f, c in zip(self._frames(count=count), counts)]
+
+
+class FileFrames:
+    """One file's (rank, batch or None) frames, read from offset `start`; `position`
+    is the offset of the next frame to read, for a merge's state."""
+
+    def __init__(self, stream: TraceStream, path: str, start: int = 0, count: bool = True) -> None:
+        self.position = start
+        self.bytes_read = 0
+        self._it = _with_rank(stream._decode(path, start, self, count))
+
+    def __iter__(self) -> FileFrames:
+        return self
+
+    def __next__(self) -> tuple[int, Batch | None]:
+        return next(self._it)
+
+
+class ListFrames:
+    """Batches in memory (torch's files, crash rings) as frames, from index `start`."""
+
+    def __init__(self, batches: list[Batch], start: int = 0) -> None:
+        self.batches, self.position, self.bytes_read = batches, start, 0
+
+    def __iter__(self) -> ListFrames:
+        return self
+
+    def __next__(self) -> tuple[int, Batch]:
+        if self.position >= len(self.batches):
+            raise StopIteration
+        b = self.batches[self.position]
+        self.position += 1
+        return b.rank, b
+
+
+def _head_rank(view: bytes, p: int) -> int | None:
+    """The rank of the frame at `p` read from its first bytes (`[schema, rank, [...]]`
+    as msgspec writes it, schema and rank small ints), or None: let msgspec read it."""
+    try:
+        if view[p] != 0x93 or view[p + 1] > 0x7F:
+            return None
+        b = view[p + 2]
+        if b <= 0x7F:
+            return b
+        if b == 0xCC:
+            return view[p + 3]
+        if b == 0xCD:
+            return (view[p + 3] << 8) | view[p + 4]
+    except IndexError:
+        return None
+    return None
 
 
 def _with_rank(frames: Iterator[tuple[int, Batch | None]]) -> Iterator[tuple[int, Batch | None]]:

@@ -10,20 +10,21 @@ once its last event is in, applies the model's end-of-trace rule, as `summary` d
 
 from __future__ import annotations
 
-import bisect
+import pickle
 import threading
 import time
 from typing import Callable, Protocol, runtime_checkable
 
 from commviz.events import Batch, Event, OpEnd, OpStart
-from commviz.model.clock import order_events
+from commviz.model.clock import order_events  # noqa: F401  (tests read it here)
 from commviz.model.state import Model
-from commviz.model.timeline import Timeline, diagnosis_ticks, mark_timeline
+from commviz.model.timeline import Timeline, mark_timeline
 from commviz.tui.fmt import format_seconds
 
 MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
 MAX_SPEED = 16.0
 PACE_S = 10.0  # a shorter trace plays slowed down to last about this long
+SEEK_READ_S = 2.0  # the longest a seek reads on from a checkpoint before it stops short
 
 
 def paced_speed(span_ns: int, pace_s: float = PACE_S) -> float:
@@ -62,11 +63,17 @@ class ReplayFeed:
     is always exactly the trace's state at `now_ns()`. The position stops at the last
     event's time (`done`). `speed=None` paces the trace (`paced_speed`). `timeline`
     holds the trace's marks and where its diagnoses began, for the timeline bar.
+
+    `source` is a list of batches, or a trace opened for streaming
+    (`trace.stream.TraceStream`): that one is never held whole. Its events are read as
+    the position reaches them, and a seek restores the nearest checkpoint of the
+    `trace.seek.SeekIndex` running beside (its end and event count are estimates until
+    that index has read the whole trace).
     """
 
     def __init__(
         self,
-        batches: list[Batch],
+        source,
         clock: Callable[[], float] = time.monotonic,
         *,
         speed: float | None = 1.0,
@@ -75,7 +82,11 @@ class ReplayFeed:
         model: Model | None = None,
         cut_off: bool = False,
         snapshot: bool = False,
+        rank_map: dict[str, int] | None = None,
+        index_process: bool | None = None,
     ) -> None:
+        from commviz.trace.seek import MemoryTrace, SeekIndex, StreamTrace
+
         self.lock = threading.Lock()
         # The app's update thread advances the feed while key presses pause, step and
         # seek it from the UI thread: the position and the clock anchor change together.
@@ -83,27 +94,34 @@ class ReplayFeed:
         self.model = model if model is not None else Model()
         self.name = name
         self._clock = clock
-        self._events = order_events(batches)
-        self._times = [t for t, _, _ in self._events]
-        self.start_ns = self._times[0] if self._times else 0
-        self.end_ns = self._times[-1] if self._times else 0
-        self._i = 0
+        self._trace = MemoryTrace(source) if isinstance(source, list) else StreamTrace(source)
+        self.start_ns, self.end_ns = self._trace.start, self._trace.end
+        self._open(None)
         self._pos = self.start_ns
         self.paced_speed = paced_speed(self.end_ns - self.start_ns)
         self._speed = self.paced_speed if speed is None else min(MAX_SPEED, max(MIN_SPEED, float(speed)))
-        # The marks at once; the diagnoses (a model fed the whole trace) on a thread, so
-        # a big trace does not keep the dashboard from opening. `timeline_done` is set
-        # when they are in.
-        self.timeline: Timeline = mark_timeline(self._events)
-        self.timeline_done = threading.Event()
-        finder = threading.Thread(target=self._find_diagnoses, args=(cut_off,), name="commviz-timeline",
-                                  daemon=True)
-        finder.start()
         self._paused = paused
         self._anchor: float | None = None  # set by the first advance: the dashboard's start-up is not playback
         self._cut_off = cut_off  # the file ended mid-frame: said at the end of the trace
         self._snapshot = snapshot  # torch's dumps of a running job: its ranks are not gone at the end
         self._ended = False  # the model has been told the trace is over
+        self._seek_note = ""  # a seek that stopped short says so here
+        # The marks (a trace in memory: at once) and where the diagnoses began, from the
+        # index's pass over the whole trace, on a thread or a process, so that a big
+        # trace does not keep the dashboard from opening. `timeline_done` is set when
+        # they are in.
+        if isinstance(self._trace, MemoryTrace):
+            self.timeline: Timeline = mark_timeline(self._trace.events)
+        else:
+            self.timeline = Timeline(self.start_ns, self.end_ns)
+        self.timeline_done = threading.Event()
+        try:
+            template = pickle.dumps(self.model)
+        except Exception:  # a model with callbacks: no index, a seek reads from the start
+            template = None
+        self.index = None if template is None else SeekIndex(self._trace, template, cut_off, rank_map,
+                                                             process=index_process)
+        threading.Thread(target=self._await_index, name="commviz-timeline", daemon=True).start()
 
     # ----------------------------------------------------------------- Feed
 
@@ -126,10 +144,21 @@ class ReplayFeed:
         speed = f"{self._speed:.3g}×"
         if self._speed == self.paced_speed != 1.0:
             speed += f" (a {format_seconds((self.end_ns - self.start_ns) / 1e9)} trace in ~{PACE_S:g} s)"
-        s = f"replay {self.name} · {state} {speed} · {self.fraction:.0%} · {self._i}/{len(self._events)} events"
+        total = self.total
+        counted = f"{self._i}/{total} events" if total is not None else f"{self._i} events"
+        s = f"replay {self.name} · {state} {speed} · {self.fraction:.0%} · {counted}"
+        if self.index is not None and not self.index.done.is_set():
+            s += f" · indexing {self.index.state.fraction:.0%}"
+        if self._seek_note:
+            s += f" · {self._seek_note}"
         if self.model.decode_errors:
             s += f" · {self.model.decode_errors} unreadable: {self.model.last_decode_error}"
         return s
+
+    def close(self) -> None:
+        """Stops the index and removes its files (also done when the feed is collected)."""
+        if self.index is not None:
+            self.index.close()
 
     # ------------------------------------------------------------- controls
 
@@ -143,7 +172,7 @@ class ReplayFeed:
 
     @property
     def done(self) -> bool:
-        return self._i >= len(self._events)
+        return self._next is None
 
     @property
     def position(self) -> int:
@@ -151,8 +180,11 @@ class ReplayFeed:
         return self._i
 
     @property
-    def total(self) -> int:
-        return len(self._events)
+    def total(self) -> int | None:
+        """Events in the trace; None while a streamed trace's index has not counted them."""
+        if self._trace.total is not None:
+            return self._trace.total
+        return self.index.state.total if self.index is not None else None
 
     @property
     def fraction(self) -> float:
@@ -198,15 +230,15 @@ class ReplayFeed:
         Hello/GroupDef/… before it come along). Returns that op event, or None at the end."""
         with self._control:
             self.pause()
+            self._seek_note = ""
             with self.lock:
-                while self._i < len(self._events):
-                    t, rank, ev = self._events[self._i]
-                    self.model.ingest(rank, ev)
-                    self._i += 1
+                while self._next is not None:
+                    t, rank, ev = self._next
+                    self._take_one()
                     if t > self._pos:
                         self._pos = t
                     self._end_of_trace()
-                    if isinstance(ev, (OpStart, OpEnd)):
+                    if type(ev) in _OPS:
                         return ev
         return None
 
@@ -216,26 +248,27 @@ class ReplayFeed:
         undone, or None at the start."""
         with self._control:
             self.pause()
-            i = self._i - 1
-            while i >= 0 and not isinstance(self._events[i][2], (OpStart, OpEnd)):
-                i -= 1
-            if i < 0:
+            j = self._last_op
+            if j < 0:
                 return None
             with self.lock:
-                self._rebuild(i, self._times[i - 1] if i > 0 else self.start_ns)
-            return self._events[i][2]
+                self._goto(n_max=j)
+                self._pos = self._last_t if j > 0 else self.start_ns
+                return self._next[2] if self._next is not None else None
 
     def seek(self, fraction: float) -> None:
-        """Rebuild the model from scratch up to `fraction` (0..1) of the trace's time."""
+        """The model as it was at `fraction` (0..1) of the trace's time."""
         fraction = min(1.0, max(0.0, float(fraction)))
         self.seek_time(self.start_ns + round(fraction * (self.end_ns - self.start_ns)))
 
     def seek_time(self, t: int) -> None:
-        """Rebuild the model from scratch up to trace time `t` (clamped to the trace)."""
+        """The model as it was at trace time `t` (clamped to the trace): every event at
+        or before it in, from the nearest checkpoint before it (or the start)."""
         target = min(self.end_ns, max(self.start_ns, int(t)))
         with self._control, self.lock:
             self._anchor = self._clock()
-            self._rebuild(bisect.bisect_right(self._times, target), target)
+            self._goto(t_max=target)
+            self._pos = target if not self._seek_note else self._last_t
 
     def seek_tick(self, forward: bool) -> None:
         """Jump to the next (or previous) mark or diagnosis on the timeline; none: the
@@ -252,47 +285,143 @@ class ReplayFeed:
 
     # ------------------------------------------------------------- internals
 
+    def _open(self, checkpoint) -> None:
+        """Read from the start, or from `checkpoint`'s place (the model is the caller's)."""
+        from commviz.trace.seek import load
+
+        if checkpoint is None:
+            cursor = self._trace.cursor()
+            self._i, self._last_op, self._last_t = 0, -1, self.start_ns
+        else:
+            self.model.reset()  # its memory back before the checkpoint's model comes in
+            model, state = load(checkpoint)
+            self.model.__dict__.clear()  # the same object: views hold it
+            self.model.__dict__.update(model.__dict__)
+            cursor = self._trace.cursor(state)
+            self._i, self._last_op, self._last_t = checkpoint.n, checkpoint.last_op, checkpoint.t
+        self._it = iter(cursor)
+        self._next = next(self._it, None)
+
     def _sync(self) -> None:
         """Move the position by the clock time since the last sync (if playing)."""
         now = self._clock()
         if not self._paused and self._anchor is not None:
             self._pos += round((now - self._anchor) * 1e9 * self._speed)
             if self._pos > self.end_ns:
-                self._pos = self.end_ns
+                nxt = self._next
+                if nxt is not None and nxt[0] > self.end_ns:  # the end was an estimate: later
+                    self.end_ns = self.timeline.end = nxt[0]
+                self._pos = min(self._pos, self.end_ns)
         self._anchor = now
 
-    def _find_diagnoses(self, cut_off: bool) -> None:
-        try:
-            self.timeline.add(diagnosis_ticks(self._events, cut_off, self.model.thresholds))
-        finally:
-            self.timeline_done.set()
+    def _await_index(self) -> None:
+        from commviz.trace.seek import MemoryTrace
 
-    def _rebuild(self, n: int, pos: int) -> None:
-        """The model from scratch with the first `n` events, the position at `pos`
-        (call with the lock held)."""
-        self.model.reset()
-        self._ended = False
-        self._i = 0
-        events, model = self._events, self.model
-        for k in range(min(n, len(events))):
-            model.ingest(events[k][1], events[k][2])
-        self._i = min(n, len(events))
-        self._pos = pos
+        idx = self.index
+        if idx is not None:
+            idx.done.wait()
+            st = idx.state
+            if not isinstance(self._trace, MemoryTrace):  # a streamed trace: its end and marks are known now
+                if st.end is not None:
+                    with self._control:
+                        self.end_ns = self.timeline.end = max(st.end, self.start_ns)
+                self.timeline.add(st.marks)
+            self.timeline.add(st.diagnoses or [])
+        self.timeline_done.set()
+
+    def _goto(self, n_max: int | None = None, t_max: int | None = None) -> None:
+        """The model with the first events of the trace: the first `n_max`, or all
+        those at or before `t_max` (call with the lock held). It starts from the state
+        it is in, a checkpoint or the start, whichever is latest and not past the target."""
+        from commviz.model.columns import no_gc
+
+        with no_gc():
+            self._goto_here(n_max, t_max)
+
+    def _goto_here(self, n_max: int | None, t_max: int | None) -> None:
+        here_ok = (n_max is None or self._i <= n_max) and (t_max is None or self._i == 0 or self._last_t <= t_max)
+        if self._ended and not (here_ok and self._next is None):
+            here_ok = False
+        ck = self.index.best(n_max, t_max) if self.index is not None else None
+        if not here_ok or (ck is not None and ck.n > self._i):
+            if ck is not None:
+                try:
+                    self._open(ck)
+                except Exception:  # its file went away: from the start
+                    ck = None
+            if ck is None:
+                self.model.reset()
+                self._open(None)
+            self._ended = False
+        self._read_on(n_max, t_max)
         self._end_of_trace()
 
+    def _read_on(self, n_max: int | None, t_max: int | None) -> None:
+        """Apply events up to the target, many at a time (`Model.ingest_many`). While
+        the index is still being built, a seek by time that would read on for more
+        than `SEEK_READ_S` (its target past what the index has reached) stops early, at
+        a time no event is left half-applied, and says so in the status line."""
+        ranks: list[int] = []
+        evs: list = []
+        nxt, it, i, last_op, last_t = self._next, self._it, self._i, self._last_op, self._last_t
+        # with the index done, a seek reads on at most ~1/32 of the trace: let it finish
+        indexing = self.index is None or not self.index.done.is_set()
+        deadline = time.monotonic() + SEEK_READ_S if t_max is not None and indexing else None
+        self._seek_note = ""
+        while nxt is not None and (n_max is None or i < n_max) and (t_max is None or nxt[0] <= t_max):
+            t, r, ev = nxt
+            if type(ev) in _OPS:
+                last_op = i
+            ranks.append(r)
+            evs.append(ev)
+            i += 1
+            last_t = t
+            if len(evs) >= 65_536:
+                self.model.ingest_many(ranks, evs)
+                ranks, evs = [], []
+            nxt = next(it, None)
+            if deadline is not None and not i & 4095 and time.monotonic() > deadline:
+                while nxt is not None and nxt[0] == last_t and nxt[0] <= t_max:  # the rest of this instant
+                    ranks.append(nxt[1])
+                    evs.append(nxt[2])
+                    if type(nxt[2]) in _OPS:
+                        last_op = i
+                    i += 1
+                    nxt = next(it, None)
+                if nxt is not None and nxt[0] <= t_max:
+                    done = self.index.state.fraction if self.index is not None else 0.0
+                    self._seek_note = (f"the seek stopped short (the index has read {done:.0%} of the trace; "
+                                       "seek again once it is done)")
+                break
+        if evs:
+            self.model.ingest_many(ranks, evs)
+        self._next, self._i, self._last_op, self._last_t = nxt, i, last_op, last_t
+
+    def _take_one(self) -> None:
+        t, rank, ev = self._next
+        self.model.ingest(rank, ev)
+        if type(ev) in _OPS:
+            self._last_op = self._i
+        self._i += 1
+        self._last_t = t
+        self._next = next(self._it, None)
+
     def _apply_until(self, t: int) -> None:
-        if self._i < len(self._events) and self._times[self._i] <= t:
+        if self._next is not None and self._next[0] <= t:
             with self.lock:
                 self._apply_locked(t)
 
     def _apply_locked(self, t: int) -> None:
-        events, times, model = self._events, self._times, self.model
-        i, n = self._i, len(events)
-        while i < n and times[i] <= t:
-            _, rank, ev = events[i]
+        nxt, it, model, i, last_op, last_t = self._next, self._it, self.model, self._i, self._last_op, self._last_t
+        while nxt is not None and nxt[0] <= t:
+            tt, rank, ev = nxt
             model.ingest(rank, ev)
+            if type(ev) in _OPS:
+                last_op = i
             i += 1
-        self._i = i
+            last_t = tt
+            nxt = next(it, None)
+        self._next, self._i, self._last_op, self._last_t = nxt, i, last_op, last_t
         self._end_of_trace()
 
     def _end_of_trace(self) -> None:
@@ -301,3 +430,6 @@ class ReplayFeed:
         if self.done and not self._ended:
             self._ended = True
             self.model.end_of_trace(self._cut_off, self._snapshot)
+
+
+_OPS = (OpStart, OpEnd)

@@ -1,0 +1,285 @@
+"""Seeking in a replay of any length: checkpoints of the model along the trace.
+
+A replay holds one model, at its position. Going back, or far ahead, needs the model
+at another point of the trace: reading again from the start takes minutes past a few
+million events, and a trace held whole does not fit in memory. So one pass over the
+whole trace runs beside the replay (`SeekIndex`: in a process of its own for a trace
+on disk, so that the dashboard keeps its core; on a thread for one already in
+memory). It feeds a model of its own, and every so often saves that model and where
+the merge stood (`clock.ChunkMergeState`) to a temporary file. A seek restores the latest
+checkpoint before its target and reads on from there. The same pass finds what the
+timeline shows (the marks, where the trace's diagnoses began), the trace's exact end
+and how many events it has.
+"""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import os
+import pickle
+import shutil
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from commviz.events import Batch
+from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, order_events
+from commviz.model.columns import END
+from commviz.model.timeline import DiagnosisTicks, Tick
+from commviz.trace.stream import ListFrames
+
+CHECKPOINTS = 32  # along a trace on disk: a seek then reads at most ~1/32 of it
+MIN_SPACING = 100_000  # events between two checkpoints at least (fewer: reading on is quick)
+CHUNK = 65_536  # events the index's merge hands on at once (checkpoints fall between chunks)
+
+
+class MemoryTrace:
+    """A trace already in memory (torch's files, tests), behind the face a replay reads:
+    exact `start`, `end` and `total`; `cursor(state)`, the events from a checkpoint's
+    place; `chunk_merge()` and `state_of`, for the index's pass."""
+
+    def __init__(self, batches: list[Batch]) -> None:
+        self.batches = batches
+        self.events = order_events(batches)
+        self.start, self.end = (self.events[0][0], self.events[-1][0]) if self.events else (0, 0)
+        self.total: int | None = len(self.events)
+        self.path = None
+
+    def cursor(self, state: int | None = None) -> Iterator[tuple[int, int, object]]:
+        return iter(self.events[state or 0:]) if state else iter(self.events)
+
+    def chunk_merge(self, chunk: int | None = None) -> ChunkMerge:
+        counts: dict[int, int] = {}
+        for b in self.batches:
+            counts[b.rank] = counts.get(b.rank, 0) + 1
+        return ChunkMerge([StreamSource(ListFrames(self.batches), counts)], {}, chunk or CHUNK)
+
+    def state_of(self, merge: ChunkMerge, n: int) -> int:
+        return n
+
+
+class StreamTrace:
+    """A trace on disk (`trace.stream.TraceStream`) behind the same face: `end` is an
+    estimate from each rank's last frame until the index has read it all, `total`
+    unknown until then."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.path = stream.path
+        self.total: int | None = None
+        first = next(iter(self.chunk_merge()), None)
+        self.start = int(first.times[0]) if first is not None else 0
+        end = stream.end_estimate()
+        self.end = max(self.start, end) if end is not None else self.start
+
+    def cursor(self, state: ChunkMergeState | None = None) -> Iterator[tuple[int, int, object]]:
+        return _events(self.chunk_merge(state))
+
+    def chunk_merge(self, state: ChunkMergeState | None = None, chunk: int | None = None) -> ChunkMerge:
+        return self.stream.chunk_merge(state, chunk or CHUNK)
+
+    def state_of(self, merge: ChunkMerge, n: int) -> ChunkMergeState:
+        return merge.state()
+
+
+def _events(merge: ChunkMerge) -> Iterator[tuple[int, int, object]]:
+    """A merge's chunks as (time, rank, event), one by one (a replay plays them so)."""
+    for c in merge:
+        store, at = c.store, c.at.tolist()
+        for t, r, k in zip(c.times.tolist(), c.rank.tolist(), at):
+            yield t, r, store[k]
+
+
+def bytes_read(merge: ChunkMerge) -> int:
+    return sum(getattr(s.frames, "bytes_read", 0) for s in merge.sources)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    n: int  # events applied
+    t: int  # the time of the last of them: a seek to any time at or after it may start here
+    last_op: int  # index of the newest OpStart/OpEnd among them (-1: none)
+    file: str
+
+
+@dataclass
+class IndexState:
+    """What the pass has found so far; read by the replay on other threads (each field
+    is swapped or appended whole)."""
+
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    fraction: float = 0.0  # of the trace read
+    marks: list[Tick] = field(default_factory=list)
+    diagnoses: list[Tick] | None = None  # once the pass is over
+    total: int | None = None
+    end: int | None = None
+    error: str = ""
+
+
+def spacing() -> tuple[int, int, int]:
+    """(MIN_SPACING, CHECKPOINTS, CHUNK) as they are here, for a pass in another process."""
+    return MIN_SPACING, CHECKPOINTS, CHUNK
+
+
+def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Callable[[tuple], None],
+               total_bytes: int = 0, space: tuple[int, int, int] | None = None) -> None:
+    """One pass over `trace` in chunks (`clock.ChunkMerge`, `Model.ingest_chunk`: the
+    speed of `commviz summary`), a model unpickled from `template` fed every event:
+    ("checkpoint", Checkpoint, fraction, new marks) now and then, ("done", total, end,
+    new marks, diagnosis ticks) at the end."""
+    least, count, chunk = space or spacing()
+    model = pickle.loads(template)
+    seen = DiagnosisTicks(model)
+    merge = trace.chunk_merge(chunk=chunk)
+    every = least if total_bytes else max(least, (trace.total or 0) // count)
+    step_bytes = total_bytes // count if total_bytes else 0
+    next_bytes = step_bytes
+    n, last_op, last_t, since, sent_marks = 0, -1, trace.start, 0, 0
+    for chunk in merge:
+        model.ingest_chunk(chunk)
+        seen.saw_chunk(chunk)
+        ops = np.flatnonzero(chunk.kind <= END)
+        if len(ops):
+            last_op = n + int(ops[-1])
+        n += len(chunk)
+        since += len(chunk)
+        last_t = int(chunk.times[-1])
+        if since >= every and (not step_bytes or bytes_read(merge) >= next_bytes):
+            ck = Checkpoint(n, last_t, last_op, os.path.join(save_dir, f"{n}.ckpt"))
+            save(ck.file, model, trace.state_of(merge, n))
+            since = 0
+            next_bytes = bytes_read(merge) + step_bytes
+            frac = bytes_read(merge) / total_bytes if total_bytes else n / max(trace.total or n, 1)
+            send(("checkpoint", ck, min(frac, 1.0), seen.marks[sent_marks:]))
+            sent_marks = len(seen.marks)
+    diagnoses = seen.ticks(cut_off, last_t) if n else []
+    send(("done", n, last_t, seen.marks[sent_marks:], diagnoses))
+
+
+def save(path: str, model, state) -> None:
+    """Pickled and compressed as it is written: no copy of it whole in memory."""
+    tmp = path + ".part"
+    with gzip.open(tmp, "wb", compresslevel=1) as f:
+        pickle.dump((model, state), f, protocol=pickle.HIGHEST_PROTOCOL)
+    os.replace(tmp, path)
+
+
+def load(ck: Checkpoint):
+    """(model, cursor state) saved at `ck`."""
+    with gzip.open(ck.file, "rb") as f:
+        return pickle.load(f)
+
+
+class SeekIndex:
+    """Runs `index_pass` beside a replay and keeps what it found in `state`; `done` is
+    set when it is over (or failed: `state.error`). Its files go with it."""
+
+    def __init__(self, trace, template: bytes, cut_off: bool, rank_map: dict[str, int] | None = None,
+                 process: bool | None = None) -> None:
+        self.state = IndexState()
+        self.done = threading.Event()
+        self.dir = tempfile.mkdtemp(prefix="commviz-seek-")
+        self._finalizer = weakref.finalize(self, shutil.rmtree, self.dir, True)
+        self._proc = None
+        if process is None:
+            process = isinstance(trace, StreamTrace)
+        if process:
+            self._start_process(trace, template, cut_off, rank_map)
+        else:
+            threading.Thread(target=self._run_here, args=(trace, template, cut_off), name="commviz-seek-index",
+                             daemon=True).start()
+
+    def close(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.terminate()
+        self._finalizer()
+
+    def best(self, n_max: int | None = None, t_max: int | None = None) -> Checkpoint | None:
+        """The latest checkpoint with at most `n_max` events, all at or before `t_max`."""
+        best = None
+        for ck in list(self.state.checkpoints):
+            if (n_max is None or ck.n <= n_max) and (t_max is None or ck.t <= t_max):
+                best = ck
+        return best
+
+    # ------------------------------------------------------------ the pass
+
+    def _run_here(self, trace, template: bytes, cut_off: bool) -> None:
+        try:
+            total_bytes = trace.stream.total_bytes if isinstance(trace, StreamTrace) else 0
+            index_pass(trace, template, cut_off, self.dir, self._take, total_bytes, spacing())
+        except Exception as exc:  # the replay goes on without: a seek reads from the start
+            self.state.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.done.set()
+
+    def _start_process(self, trace, template: bytes, cut_off: bool, rank_map) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        here, there = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=_child, args=(str(trace.path), rank_map, template, cut_off, self.dir, there, spacing()),
+                                 name="commviz-seek-index", daemon=True)
+        self._proc.start()
+        there.close()
+        threading.Thread(target=self._listen, args=(here,), name="commviz-seek-listen", daemon=True).start()
+
+    def _listen(self, conn) -> None:
+        try:
+            while not self.done.is_set():
+                msg = conn.recv()
+                if msg[0] == "failed":
+                    self.state.error = msg[1]
+                    break
+                self._take(msg)
+        except (EOFError, OSError) as exc:
+            if not self.done.is_set():
+                self.state.error = f"the index process ended early ({type(exc).__name__})"
+        finally:
+            self.done.set()
+
+    def _take(self, msg: tuple) -> None:
+        s = self.state
+        if msg[0] == "checkpoint":
+            _, ck, frac, marks = msg
+            s.checkpoints.append(ck)
+            s.fraction = frac
+            if marks:
+                s.marks = s.marks + marks
+        elif msg[0] == "done":
+            _, total, end, marks, diagnoses = msg
+            if marks:
+                s.marks = s.marks + marks
+            s.total, s.end, s.fraction = total, end, 1.0
+            s.diagnoses = diagnoses
+            self.done.set()
+
+
+def _child(path: str, rank_map, template: bytes, cut_off: bool, save_dir: str, conn, space) -> None:
+    """The index process: the trace opened again, the pass, its findings up the pipe.
+    It shares the dashboard's terminal: it says nothing there (its errors go up the
+    pipe), and a Ctrl-C there is the dashboard's to handle."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    try:
+        from commviz.trace.stream import open_trace
+
+        stream = open_trace(path, rank_map=rank_map)
+        gc.disable()  # millions of short-lived acyclic objects: as `Model.ingest_chunks`
+        index_pass(StreamTrace(stream), template, cut_off, save_dir, conn.send, stream.total_bytes, space)
+    except Exception as exc:
+        try:
+            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+        except OSError:
+            pass
+    finally:
+        conn.close()
