@@ -19,6 +19,8 @@ import gzip
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import weakref
@@ -51,7 +53,7 @@ class MemoryTrace:
         self.path = None
 
     def cursor(self, state: int | None = None) -> Iterator[tuple[int, int, object]]:
-        return iter(self.events[state or 0:]) if state else iter(self.events)
+        return iter(self.events[state:]) if state else iter(self.events)
 
     def chunk_merge(self, chunk: int | None = None) -> ChunkMerge:
         counts: dict[int, int] = {}
@@ -72,13 +74,17 @@ class StreamTrace:
         self.stream = stream
         self.path = stream.path
         self.total: int | None = None
-        first = next(iter(self.chunk_merge()), None)
-        self.start = int(first.times[0]) if first is not None else 0
+        self._first: ChunkCursor | None = ChunkCursor(self.chunk_merge())  # the replay's first cursor
+        first = self._first.peek()
+        self.start = first[0] if first is not None else 0
         end = stream.end_estimate()
         self.end = max(self.start, end) if end is not None else self.start
 
-    def cursor(self, state: ChunkMergeState | None = None) -> Iterator[tuple[int, int, object]]:
-        return _events(self.chunk_merge(state))
+    def cursor(self, state: ChunkMergeState | None = None) -> ChunkCursor:
+        if state is None and self._first is not None:
+            first, self._first = self._first, None
+            return first
+        return ChunkCursor(self.chunk_merge(state))
 
     def chunk_merge(self, state: ChunkMergeState | None = None, chunk: int | None = None) -> ChunkMerge:
         return self.stream.chunk_merge(state, chunk or CHUNK)
@@ -87,12 +93,61 @@ class StreamTrace:
         return merge.state()
 
 
-def _events(merge: ChunkMerge) -> Iterator[tuple[int, int, object]]:
-    """A merge's chunks as (time, rank, event), one by one (a replay plays them so)."""
-    for c in merge:
-        store, at = c.store, c.at.tolist()
-        for t, r, k in zip(c.times.tolist(), c.rank.tolist(), at):
-            yield t, r, store[k]
+class ChunkCursor:
+    """A merge's chunks as (time, rank, event), one at a time (a replay plays them
+    so), or as whole chunks where a seek can take them whole (`take_chunks`)."""
+
+    def __init__(self, merge: ChunkMerge) -> None:
+        self._chunks = iter(merge)
+        self._c = None
+        self._k = self._n = 0
+
+    def __iter__(self) -> ChunkCursor:
+        return self
+
+    def __next__(self) -> tuple[int, int, object]:
+        if self._k >= self._n:
+            self._load()
+        k = self._k
+        self._k = k + 1
+        return self._times[k], self._ranks[k], self._store[self._at[k]]
+
+    def _load(self) -> None:
+        c = next(self._chunks)  # StopIteration: the end
+        self._c, self._k, self._n = c, 0, len(c)
+        self._times, self._ranks, self._at, self._store = c.times.tolist(), c.rank.tolist(), c.at.tolist(), c.store
+
+    def peek(self) -> tuple[int, int, object] | None:
+        """The next event, left to come; None at the end."""
+        try:
+            item = next(self)
+        except StopIteration:
+            return None
+        self.unread()
+        return item
+
+    def unread(self) -> None:
+        """Give back the event `next` handed on last."""
+        self._k -= 1
+
+    def take_chunks(self, t_max: int, n_left: int | None) -> Iterator:
+        """The events still to come, as `columns.Chunk`s with their `times`, as long as
+        a chunk lies whole at or before `t_max` and within `n_left` events."""
+        while True:
+            if self._k >= self._n:
+                try:
+                    self._load()
+                except StopIteration:
+                    return
+            left = self._n - self._k
+            if self._times[-1] > t_max or (n_left is not None and left > n_left):
+                return
+            part = self._c.part(self._k, self._n) if self._k else self._c
+            part.times = self._c.times[self._k:]
+            self._k = self._n
+            if n_left is not None:
+                n_left -= left
+            yield part
 
 
 def bytes_read(merge: ChunkMerge) -> int:
@@ -132,10 +187,10 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
     speed of `commviz summary`), a model unpickled from `template` fed every event:
     ("checkpoint", Checkpoint, fraction, new marks) now and then, ("done", total, end,
     new marks, diagnosis ticks) at the end."""
-    least, count, chunk = space or spacing()
+    least, count, size = space or spacing()
     model = pickle.loads(template)
     seen = DiagnosisTicks(model)
-    merge = trace.chunk_merge(chunk=chunk)
+    merge = trace.chunk_merge(chunk=size)
     every = least if total_bytes else max(least, (trace.total or 0) // count)
     step_bytes = total_bytes // count if total_bytes else 0
     next_bytes = step_bytes
@@ -195,8 +250,6 @@ class SeekIndex:
                              daemon=True).start()
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
-            self._proc.terminate()
         self._finalizer()
 
     def best(self, n_max: int | None = None, t_max: int | None = None) -> Checkpoint | None:
@@ -219,25 +272,33 @@ class SeekIndex:
             self.done.set()
 
     def _start_process(self, trace, template: bytes, cut_off: bool, rank_map) -> None:
-        import multiprocessing
+        # A plain child (`python -m commviz.trace.seek`), not multiprocessing's spawn,
+        # which runs the parent's __main__ again in the child (a user's script without
+        # a main guard would start a second replay). Its own session: a Ctrl-C in the
+        # dashboard's terminal is not its to take.
+        self._proc = subprocess.Popen([sys.executable, "-m", "commviz.trace.seek"], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self.dir)
+        try:
+            pickle.dump((str(trace.path), rank_map, template, cut_off, self.dir, spacing()), self._proc.stdin)
+            self._proc.stdin.close()
+        except OSError as exc:
+            self.state.error = f"the index process did not start ({exc})"
+            self.done.set()
+            return
+        threading.Thread(target=self._listen, args=(self._proc.stdout,), name="commviz-seek-listen",
+                         daemon=True).start()
 
-        ctx = multiprocessing.get_context("spawn")
-        here, there = ctx.Pipe(duplex=False)
-        self._proc = ctx.Process(target=_child, args=(str(trace.path), rank_map, template, cut_off, self.dir, there, spacing()),
-                                 name="commviz-seek-index", daemon=True)
-        self._proc.start()
-        there.close()
-        threading.Thread(target=self._listen, args=(here,), name="commviz-seek-listen", daemon=True).start()
-
-    def _listen(self, conn) -> None:
+    def _listen(self, pipe) -> None:
         try:
             while not self.done.is_set():
-                msg = conn.recv()
+                msg = pickle.load(pipe)
                 if msg[0] == "failed":
                     self.state.error = msg[1]
                     break
                 self._take(msg)
-        except (EOFError, OSError) as exc:
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
             if not self.done.is_set():
                 self.state.error = f"the index process ended early ({type(exc).__name__})"
         finally:
@@ -260,26 +321,40 @@ class SeekIndex:
             self.done.set()
 
 
-def _child(path: str, rank_map, template: bytes, cut_off: bool, save_dir: str, conn, space) -> None:
-    """The index process: the trace opened again, the pass, its findings up the pipe.
-    It shares the dashboard's terminal: it says nothing there (its errors go up the
-    pipe), and a Ctrl-C there is the dashboard's to handle."""
-    import signal
+def _cleanup(proc, folder: str) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    shutil.rmtree(folder, True)
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    quiet = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(quiet, 1)
-    os.dup2(quiet, 2)
+
+def _child() -> None:
+    """The index process: the trace opened again, the pass, its findings pickled up
+    its stdout (nothing else goes there)."""
+    out = sys.stdout.buffer
+    sys.stdout = sys.stderr  # a stray print cannot break the pipe's pickles
+
+    def send(msg: tuple) -> None:
+        pickle.dump(msg, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
     try:
+        path, rank_map, template, cut_off, save_dir, space = pickle.load(sys.stdin.buffer)
         from commviz.trace.stream import open_trace
 
         stream = open_trace(path, rank_map=rank_map)
         gc.disable()  # millions of short-lived acyclic objects: as `Model.ingest_chunks`
-        index_pass(StreamTrace(stream), template, cut_off, save_dir, conn.send, stream.total_bytes, space)
+        index_pass(StreamTrace(stream), template, cut_off, save_dir, send, stream.total_bytes, space)
+    except BrokenPipeError:  # the replay is gone
+        pass
     except Exception as exc:
         try:
-            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+            send(("failed", f"{type(exc).__name__}: {exc}"))
         except OSError:
             pass
-    finally:
-        conn.close()
+
+
+if __name__ == "__main__":  # run as `python -m`: its types pickled under their import name, not __main__'s
+    from commviz.trace import seek
+
+    seek._child()

@@ -15,8 +15,11 @@ import threading
 import time
 from typing import Callable, Protocol, runtime_checkable
 
+import numpy as np
+
 from commviz.events import Batch, Event, OpEnd, OpStart
 from commviz.model.clock import order_events  # noqa: F401  (tests read it here)
+from commviz.model.columns import END
 from commviz.model.state import Model
 from commviz.model.timeline import Timeline, mark_timeline
 from commviz.tui.fmt import format_seconds
@@ -357,7 +360,8 @@ class ReplayFeed:
         self._end_of_trace()
 
     def _read_on(self, n_max: int | None, t_max: int | None) -> None:
-        """Apply events up to the target, many at a time (`Model.ingest_many`). While
+        """Apply events up to the target: the merge's chunks that lie whole before it in
+        bulk, the rest many at a time (`Model.ingest_many`). While
         the index is still being built, a seek by time that would read on for more
         than `SEEK_READ_S` (its target past what the index has reached) stops early, at
         a time no event is left half-applied, and says so in the status line."""
@@ -368,6 +372,19 @@ class ReplayFeed:
         indexing = self.index is None or not self.index.done.is_set()
         deadline = time.monotonic() + SEEK_READ_S if t_max is not None and indexing else None
         self._seek_note = ""
+        if nxt is not None and hasattr(it, "take_chunks"):
+            it.unread()  # whole chunks first, in bulk (`Model.ingest_chunk`); the rest one by one
+            for part in it.take_chunks(t_max if t_max is not None else float("inf"),
+                                       None if n_max is None else n_max - i):
+                self.model.ingest_chunk(part)
+                ops = np.flatnonzero(part.kind <= END)
+                if len(ops):
+                    last_op = i + int(ops[-1])
+                i += len(part)
+                last_t = int(part.times[-1])
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+            nxt = next(it, None)
         while nxt is not None and (n_max is None or i < n_max) and (t_max is None or nxt[0] <= t_max):
             t, r, ev = nxt
             if type(ev) in _OPS:

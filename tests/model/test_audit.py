@@ -84,3 +84,19 @@ def test_entries_older_than_the_events_kept_are_not_guessed_at():
 
 def test_no_audit_no_key():
     assert "audit" not in fed(*op(1, 10, 20)).summary()["per_rank"][0]
+
+
+def test_windows_survive_a_pickle_as_they_were():
+    """A replay's seek checkpoints pickle the model: the windows come back the same,
+    wrapped ring and dropped-before included, and go on the same."""
+    import pickle
+
+    w = Windows(size=4)
+    for i in range(7):
+        w.add(f"g{i % 3}", 1_000 + 10 * i, 1_005 + 11 * i)
+    back = pickle.loads(pickle.dumps(w))
+    assert back.ended == w.ended and back.dropped_before == w.dropped_before == 1_020
+    back.add("g9", 5_000, 5_001)
+    w.add("g9", 5_000, 5_001)
+    assert back.ended == w.ended and len(back) == 4
+    assert pickle.loads(pickle.dumps(Windows())).ended == []

@@ -205,7 +205,7 @@ def test_commviz_replay_of_a_trace_without_events_says_so(tmp_path, capsys):
     assert "no events to replay" in capsys.readouterr().err
 
 
-def test_a_seek_past_what_the_index_has_read_stops_short_and_says_so(trace_file, monkeypatch):
+def test_a_seek_past_what_the_index_has_read_stops_short_and_says_so(trace_file, often, monkeypatch):
     from commviz.tui import feed as feed_mod
 
     monkeypatch.setattr(feed_mod, "SEEK_READ_S", 0.0)  # every seek reads on too long
@@ -213,7 +213,7 @@ def test_a_seek_past_what_the_index_has_read_stops_short_and_says_so(trace_file,
     feed.index.done.wait(60)
     feed.index = None  # no checkpoint to start from: the seek reads on from the start
     feed.seek(1.0)
-    assert 4096 <= feed.position < truth(trace_file)[1]
+    assert 0 < feed.position < truth(trace_file)[1]
     assert "the seek stopped short" in feed.status()
     model, k = truth(trace_file, target=feed.now_ns())  # exactly every event up to where it stopped
     same(feed, model, k)
