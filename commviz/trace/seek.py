@@ -303,6 +303,7 @@ class SeekIndex:
                 self.state.error = f"the index process ended early ({type(exc).__name__})"
         finally:
             self.done.set()
+            pipe.close()
 
     def _take(self, msg: tuple) -> None:
         s = self.state

@@ -318,19 +318,31 @@ class ReplayFeed:
         self._anchor = now
 
     def _await_index(self) -> None:
+        """The index's findings onto the timeline: a streamed trace's marks as the pass
+        reaches them, its end once known, the diagnoses at the end."""
         from commviz.trace.seek import MemoryTrace
 
         idx = self.index
         if idx is not None:
-            idx.done.wait()
+            streamed = not isinstance(self._trace, MemoryTrace)  # (in memory: the marks are in already)
+            shown = 0
+            while not idx.done.wait(0.5):
+                if streamed:
+                    shown = self._more_marks(idx, shown)
             st = idx.state
-            if not isinstance(self._trace, MemoryTrace):  # a streamed trace: its end and marks are known now
+            if streamed:
                 if st.end is not None:
                     with self._control:
                         self.end_ns = self.timeline.end = max(st.end, self.start_ns)
-                self.timeline.add(st.marks)
+                self._more_marks(idx, shown)
             self.timeline.add(st.diagnoses or [])
         self.timeline_done.set()
+
+    def _more_marks(self, idx, shown: int) -> int:
+        marks = idx.state.marks
+        if len(marks) > shown:
+            self.timeline.add(marks[shown:])
+        return len(marks)
 
     def _goto(self, n_max: int | None = None, t_max: int | None = None) -> None:
         """The model with the first events of the trace: the first `n_max`, or all
