@@ -242,8 +242,7 @@ class ChunkMergeState:
         b = m.buf
         self.keep = (b.keep_t, b.keep_i, b.keep_n, b.keep_r, list(b.keep_ev))
         self.offset, self.heads, self.seen, self.chunk = dict(m.offset), list(m.heads), list(m.seen), m.chunk
-        self.sources = [(dict(s.left), dict(s.last), {r: list(w) for r, w in s.waiting.items()}, set(s.untimed),
-                         list(s._front)) for s in m.sources]
+        self.sources = [_source_state(s.left, s.last, s.waiting, s.untimed, s._front) for s in m.sources]
         self.positions = [getattr(s.frames, "position", None) for s in m.sources]
 
 
@@ -263,12 +262,13 @@ class ChunkMerge:
 
     @classmethod
     def resume(cls, state: ChunkMergeState, frames: list[Iterator]) -> ChunkMerge:
-        m = cls.__new__(cls)
-        m.sources = _reopened(frames, state.sources)
-        m.offset, m.heads, m.seen, m.chunk = state.offset, state.heads, state.seen, state.chunk
+        m = cls.__new__(cls)  # on copies: the same state can be resumed again
+        m.sources = _reopened(frames, [_source_state(*st) for st in state.sources])
+        m.offset, m.heads, m.seen, m.chunk = dict(state.offset), list(state.heads), list(state.seen), state.chunk
         m.buf = _Pending()
         b = m.buf
-        b.keep_t, b.keep_i, b.keep_n, b.keep_r, b.keep_ev = state.keep
+        kt, ki, kn, kr, kev = state.keep
+        b.keep_t, b.keep_i, b.keep_n, b.keep_r, b.keep_ev = kt, ki, kn, kr, list(kev)
         return m
 
     def state(self) -> ChunkMergeState:
@@ -321,6 +321,11 @@ class ChunkMerge:
                 self.chunk = max(self.chunk, 2 * len(buf))
                 if out is not None:
                     yield out
+
+
+def _source_state(left: dict, last: dict, waiting: dict, untimed: set, front: list) -> tuple:
+    """A copy of one input's stamping state (what a merge changes as it runs)."""
+    return dict(left), dict(last), {r: list(w) for r, w in waiting.items()}, set(untimed), list(front)
 
 
 def _reopened(frames: list[Iterator], states: list[tuple]) -> list[StreamSource]:

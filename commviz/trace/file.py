@@ -89,14 +89,17 @@ def _check_header(path: str, head: bytes) -> None:
         )
 
 
-def iter_frames(path: str, out: Loaded, start: int = 0) -> Iterator[tuple[int, bytes]]:
+def iter_frames(path: str, out: Loaded, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes]]:
     """(offset, payload) of each whole frame, read a frame at a time so memory holds
     one frame whatever the file's length. A length that cannot be right, or a
     cut-off tail, ends the read with a note in `out` (the header is checked first).
-    `start` resumes at a frame offset a previous pass returned."""
+    `start` resumes at a frame offset a previous pass returned; `stop` ends the read
+    where a first pass ended (a file still being written has grown since)."""
     with open(path, "rb") as f:
         _check_header(path, f.read(HEADER.size))
         size = os.fstat(f.fileno()).st_size
+        if stop is not None:
+            size = min(size, stop)
         off = max(start, HEADER.size)
         f.seek(off)
         read = f.read

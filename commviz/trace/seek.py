@@ -14,6 +14,7 @@ and how many events it has.
 
 from __future__ import annotations
 
+import copy
 import gc
 import gzip
 import os
@@ -29,8 +30,8 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from commviz.events import Batch
-from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, order_events
+from commviz.events import Batch, Hello
+from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events
 from commviz.model.columns import END
 from commviz.model.timeline import DiagnosisTicks, Tick
 from commviz.trace.stream import ListFrames
@@ -56,10 +57,18 @@ class MemoryTrace:
         return iter(self.events[state:]) if state else iter(self.events)
 
     def chunk_merge(self, chunk: int | None = None) -> ChunkMerge:
+        """The merge of `order_events`'s order: events a rank sent before its first
+        Hello take that Hello's offset there, so here too."""
         counts: dict[int, int] = {}
+        first: dict[int, int] = {}
         for b in self.batches:
             counts[b.rank] = counts.get(b.rank, 0) + 1
-        return ChunkMerge([StreamSource(ListFrames(self.batches), counts)], {}, chunk or CHUNK)
+            if b.rank not in first:
+                for ev in b.events:
+                    if type(ev) is Hello:
+                        first[b.rank] = offset_ns(ev)
+                        break
+        return ChunkMerge([StreamSource(ListFrames(self.batches), counts)], first, chunk or CHUNK)
 
     def state_of(self, merge: ChunkMerge, n: int) -> int:
         return n
@@ -79,6 +88,13 @@ class StreamTrace:
         self.start = first[0] if first is not None else 0
         end = stream.end_estimate()
         self.end = max(self.start, end) if end is not None else self.start
+
+    @classmethod
+    def known(cls, stream, start: int, end: int) -> StreamTrace:
+        """The trace another process opened, its first pass and span handed over."""
+        t = cls.__new__(cls)
+        t.stream, t.path, t.total, t._first, t.start, t.end = stream, stream.path, None, None, start, end
+        return t
 
     def cursor(self, state: ChunkMergeState | None = None) -> ChunkCursor:
         if state is None and self._first is not None:
@@ -181,8 +197,13 @@ def spacing() -> tuple[int, int, int]:
     return MIN_SPACING, CHECKPOINTS, CHUNK
 
 
+class Orphaned(Exception):
+    """The replay the index was for is gone."""
+
+
 def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Callable[[tuple], None],
-               total_bytes: int = 0, space: tuple[int, int, int] | None = None) -> None:
+               total_bytes: int = 0, space: tuple[int, int, int] | None = None,
+               alive: Callable[[], bool] | None = None) -> None:
     """One pass over `trace` in chunks (`clock.ChunkMerge`, `Model.ingest_chunk`: the
     speed of `commviz summary`), a model unpickled from `template` fed every event:
     ("checkpoint", Checkpoint, fraction, new marks) now and then, ("done", total, end,
@@ -196,6 +217,8 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
     next_bytes = step_bytes
     n, last_op, last_t, since, sent_marks = 0, -1, trace.start, 0, 0
     for chunk in merge:
+        if alive is not None and not alive():
+            raise Orphaned
         model.ingest_chunk(chunk)
         seen.saw_chunk(chunk)
         ops = np.flatnonzero(chunk.kind <= END)
@@ -275,13 +298,24 @@ class SeekIndex:
         # A plain child (`python -m commviz.trace.seek`), not multiprocessing's spawn,
         # which runs the parent's __main__ again in the child (a user's script without
         # a main guard would start a second replay). Its own session: a Ctrl-C in the
-        # dashboard's terminal is not its to take.
-        self._proc = subprocess.Popen([sys.executable, "-m", "commviz.trace.seek"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        # dashboard's terminal is not its to take. It gets this process's first pass
+        # (files, frame counts, where each ended), so that it reads the very frames
+        # the replay reads, even of files still growing.
+        stream = copy.copy(trace.stream)
+        stream.progress = None
+        self._log = os.path.join(self.dir, "index.log")
+        try:
+            with open(self._log, "wb") as log:
+                self._proc = subprocess.Popen([sys.executable, "-m", "commviz.trace.seek"], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+        except OSError as exc:
+            self.state.error = f"the index process did not start ({exc})"
+            self.done.set()
+            return
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self.dir)
         try:
-            pickle.dump((str(trace.path), rank_map, template, cut_off, self.dir, spacing()), self._proc.stdin)
+            pickle.dump((stream, trace.start, trace.end, template, cut_off, self.dir, spacing()), self._proc.stdin)
             self._proc.stdin.close()
         except OSError as exc:
             self.state.error = f"the index process did not start ({exc})"
@@ -300,7 +334,7 @@ class SeekIndex:
                 self._take(msg)
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             if not self.done.is_set():
-                self.state.error = f"the index process ended early ({type(exc).__name__})"
+                self.state.error = f"the index process ended early ({type(exc).__name__}{_last_line(self._log)})"
         finally:
             self.done.set()
             pipe.close()
@@ -329,25 +363,37 @@ def _cleanup(proc, folder: str) -> None:
     shutil.rmtree(folder, True)
 
 
+def _last_line(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return ""
+    return f": {lines[-1]}" if lines else ""
+
+
 def _child() -> None:
-    """The index process: the trace opened again, the pass, its findings pickled up
-    its stdout (nothing else goes there)."""
+    """The index process: the pass over the trace the replay opened, its findings
+    pickled up its stdout (nothing else goes there). A replay that died (killed, its
+    terminal closed) leaves no checkpoints behind: the pass stops at the next chunk
+    once this process has another parent, or at its next message, and removes them."""
     out = sys.stdout.buffer
     sys.stdout = sys.stderr  # a stray print cannot break the pipe's pickles
+    parent = os.getppid()
 
     def send(msg: tuple) -> None:
         pickle.dump(msg, out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
+    save_dir = None
     try:
-        path, rank_map, template, cut_off, save_dir, space = pickle.load(sys.stdin.buffer)
-        from commviz.trace.stream import open_trace
-
-        stream = open_trace(path, rank_map=rank_map)
+        stream, start, end, template, cut_off, save_dir, space = pickle.load(sys.stdin.buffer)
         gc.disable()  # millions of short-lived acyclic objects: as `Model.ingest_chunks`
-        index_pass(StreamTrace(stream), template, cut_off, save_dir, send, stream.total_bytes, space)
-    except BrokenPipeError:  # the replay is gone
-        pass
+        index_pass(StreamTrace.known(stream, start, end), template, cut_off, save_dir, send, stream.total_bytes,
+                   space, alive=lambda: os.getppid() == parent)
+    except (BrokenPipeError, Orphaned):
+        if save_dir is not None:
+            shutil.rmtree(save_dir, True)
     except Exception as exc:
         try:
             send(("failed", f"{type(exc).__name__}: {exc}"))

@@ -60,6 +60,7 @@ class TraceStream:
         self.info = Loaded()  # problems, bad_frames, truncated, files
         self.progress = progress  # (bytes decoded, bytes in all files), called now and then
         self._files: list[str] = []
+        self._ends: list[int] = []  # each file's offset after its last whole frame, at the first pass
         self._counts: list[dict[int, int]] = []
         self._memory: list[list[Batch]] = []  # inputs that are not .cvz files, read whole
         self.first_offset: dict[int, int] = {}
@@ -131,12 +132,12 @@ class TraceStream:
         last: dict[int, tuple[int, int | None]] = {}
         newest_offset: dict[int, int] = {}
         self.info.files.append(path)
+        end = 0
         for off, n, block, p in scan_frames(path, self.info):
-            rank = _head_rank(block, p)
+            end = off + 4 + n
+            rank = frame_rank_at(block, p, n)
             if rank is None:
-                rank = frame_rank(block[p:p + n])
-                if rank is None:
-                    continue  # the decoding pass counts and names it
+                continue  # the decoding pass counts and names it
             counts[rank] = counts.get(rank, 0) + 1
             if block.find(HELLO_TAG, p, p + n) >= 0:
                 try:
@@ -151,6 +152,7 @@ class TraceStream:
         for rank, (off, clock) in last.items():
             self._last_frames.setdefault(rank, []).append((path, off, clock))
         self._files.append(path)
+        self._ends.append(end)
         self._counts.append(counts)
         self.total_bytes += os.path.getsize(path)
 
@@ -190,7 +192,7 @@ class TraceStream:
         `bytes_done` and calls `progress` (a replay's many passes do not)."""
         scratch = Loaded()  # the first pass already noted cut-offs and bad lengths
         next_note = PROGRESS_EVERY
-        for off, payload in iter_frames(path, scratch, start):
+        for off, payload in iter_frames(path, scratch, start, self._ends[self._files.index(path)]):
             if reader is not None:
                 reader.position = off + len(payload) + 4
                 reader.bytes_read += len(payload) + 4
@@ -206,7 +208,7 @@ class TraceStream:
                     self._noted.add((path, off))
                     self.info.bad_frames += 1
                     self.info.problems.append(f"{path}: offset {off}: {exc}")
-                rank = frame_rank(payload)
+                rank = frame_rank_at(payload, 0, len(payload))  # as the first pass counted it
                 if rank is not None:
                     yield rank, None
         if count:
@@ -281,22 +283,20 @@ class ListFrames:
         return b.rank, b
 
 
-def _head_rank(view: bytes, p: int) -> int | None:
-    """The rank of the frame at `p` read from its first bytes (`[schema, rank, [...]]`
-    as msgspec writes it, schema and rank small ints), or None: let msgspec read it."""
-    try:
-        if view[p] != 0x93 or view[p + 1] > 0x7F:
-            return None
-        b = view[p + 2]
+def frame_rank_at(buf: bytes, p: int, n: int) -> int | None:
+    """The rank the frame `buf[p:p+n]` names, without decoding its events; None if it
+    names none. Both passes read it so: a frame the first pass counts for a rank is one
+    the decoding pass hands on for that rank, decoded or not (else the merge would wait
+    for that rank's frame to the end of the trace)."""
+    if n >= 5 and buf[p] == 0x93 and buf[p + 1] <= 0x7F:  # [schema, rank, [...]], small ints: no msgspec
+        b = buf[p + 2]
         if b <= 0x7F:
             return b
         if b == 0xCC:
-            return view[p + 3]
+            return buf[p + 3]
         if b == 0xCD:
-            return (view[p + 3] << 8) | view[p + 4]
-    except IndexError:
-        return None
-    return None
+            return (buf[p + 3] << 8) | buf[p + 4]
+    return frame_rank(buf[p:p + n])
 
 
 def _with_rank(frames: Iterator[tuple[int, Batch | None]]) -> Iterator[tuple[int, Batch | None]]:

@@ -10,6 +10,7 @@ once its last event is in, applies the model's end-of-trace rule, as `summary` d
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
@@ -150,8 +151,11 @@ class ReplayFeed:
         total = self.total
         counted = f"{self._i}/{total} events" if total is not None else f"{self._i} events"
         s = f"replay {self.name} · {state} {speed} · {self.fraction:.0%} · {counted}"
-        if self.index is not None and not self.index.done.is_set():
-            s += f" · indexing {self.index.state.fraction:.0%}"
+        idx = self.index
+        if idx is not None and idx.state.error:
+            s += f" · no seek index ({idx.state.error}): a long seek stops short"
+        elif idx is not None and not idx.done.is_set():
+            s += f" · indexing {idx.state.fraction:.0%}"
         if self._seek_note:
             s += f" · {self._seek_note}"
         if self.model.decode_errors:
@@ -312,9 +316,10 @@ class ReplayFeed:
             self._pos += round((now - self._anchor) * 1e9 * self._speed)
             if self._pos > self.end_ns:
                 nxt = self._next
-                if nxt is not None and nxt[0] > self.end_ns:  # the end was an estimate: later
-                    self.end_ns = self.timeline.end = nxt[0]
-                self._pos = min(self._pos, self.end_ns)
+                if nxt is not None and nxt[0] > self.end_ns:  # the end was an estimate, too early: run on
+                    self.end_ns = self.timeline.end = self._pos
+                else:
+                    self._pos = self.end_ns
         self._anchor = now
 
     def _await_index(self) -> None:
@@ -362,7 +367,8 @@ class ReplayFeed:
             if ck is not None:
                 try:
                     self._open(ck)
-                except Exception:  # its file went away: from the start
+                except Exception as exc:  # its file went away: from the start, and said
+                    self.index.state.error = f"checkpoint {os.path.basename(ck.file)} unreadable: {exc}"
                     ck = None
             if ck is None:
                 self.model.reset()
@@ -381,7 +387,8 @@ class ReplayFeed:
         evs: list = []
         nxt, it, i, last_op, last_t = self._next, self._it, self._i, self._last_op, self._last_t
         # with the index done, a seek reads on at most ~1/32 of the trace: let it finish
-        indexing = self.index is None or not self.index.done.is_set()
+        idx = self.index
+        indexing = idx is None or not idx.done.is_set() or bool(idx.state.error)
         deadline = time.monotonic() + SEEK_READ_S if t_max is not None and indexing else None
         self._seek_note = ""
         if nxt is not None and hasattr(it, "take_chunks"):

@@ -217,3 +217,33 @@ def test_a_seek_past_what_the_index_has_read_stops_short_and_says_so(trace_file,
     assert "the seek stopped short" in feed.status()
     model, k = truth(trace_file, target=feed.now_ns())  # exactly every event up to where it stopped
     same(feed, model, k)
+
+
+def test_an_end_estimated_too_early_does_not_hold_playback_back(trace_file, monkeypatch):
+    from commviz.trace.stream import TraceStream
+
+    events = order_events(load(trace_file).batches)
+    monkeypatch.setattr(TraceStream, "end_estimate", lambda self: events[len(events) // 2][0])
+    monkeypatch.setattr(seek, "index_pass", lambda *a, **k: None)  # no index to say the real end
+    feed = streamed(trace_file)
+    clock = feed._clock
+    feed.advance()
+    for _ in range(3):
+        clock.tick(100.0)  # far past the end at 1x
+        feed.advance()
+    assert feed.done and feed.position == len(events)
+
+
+def test_a_failed_index_is_said_and_a_long_seek_stops_short(trace_file, often, monkeypatch):
+    from commviz.tui import feed as feed_mod
+
+    def broken(*a, **k):
+        raise RuntimeError("no room on disk")
+
+    monkeypatch.setattr(seek, "index_pass", broken)
+    monkeypatch.setattr(feed_mod, "SEEK_READ_S", 0.0)
+    feed = streamed(trace_file)
+    assert feed.index.done.wait(30)
+    assert "no seek index (RuntimeError: no room on disk)" in feed.status()
+    feed.seek(1.0)
+    assert not feed.done and "the seek stopped short" in feed.status()

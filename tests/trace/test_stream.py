@@ -150,3 +150,24 @@ def test_batched_summary_matches_the_per_event_summary(tmp_path):
     b.ingest_chunks(open_trace(p).chunks(), cut_off=s.truncated)
     assert b.summary() == a.summary()
     assert b.summary()["ops"][0]["count"] == 800
+
+
+def test_a_frame_broken_past_its_head_does_not_hold_the_rest_back(tmp_path):
+    """The first pass counts a frame by its first bytes; the decoding pass must hand on
+    that frame for the same rank even when the rest does not decode, or the merge
+    waits for it to the end of the file, holding everything after in memory."""
+    from commviz.trace.file import TraceWriter
+
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    w.write(encode_batch(0, [hello(0), group()]))
+    w.write(encode_batch(1, [hello(1), group()]))
+    w.write(encode_batch(1, op(0, 5, 6)))
+    w.write(encode_batch(1, op(1, 7, 8, seq=1))[:-3])  # rank 1's last frame, its tail gone
+    for i in range(2000):  # rank 0 runs on alone
+        w.write(encode_batch(0, op(i + 10, 100 + 10 * i, 105 + 10 * i, gid="x")))
+    w.close()
+    s = open_trace(p)
+    sizes = [len(c) for c in s.chunk_merge(chunk=256)]
+    assert len(sizes) > 10 and max(sizes) < 600  # handed on as it goes, not all at the end
+    assert s.info.bad_frames == 1
