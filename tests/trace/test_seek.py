@@ -247,3 +247,35 @@ def test_a_failed_index_is_said_and_a_long_seek_stops_short(trace_file, often, m
     assert "no seek index (RuntimeError: no room on disk)" in feed.status()
     feed.seek(1.0)
     assert not feed.done and "the seek stopped short" in feed.status()
+
+
+def test_a_merge_state_resumes_twice_to_the_same_rest(trace_file):
+    s = open_trace(trace_file)
+    m = s.chunk_merge(chunk=1000)
+    it = iter(m)
+    next(it)
+    state = m.state()
+    first = [len(c) for c in s.chunk_merge(state)]
+    assert sum(first) > 0 and [len(c) for c in s.chunk_merge(state)] == first
+
+
+def test_a_seek_in_memory_where_a_rank_sent_events_before_its_hello(often):
+    """order_events gives such events their rank's first Hello offset; the index's
+    merge must too, or a checkpoint's event count points at another event."""
+    b = [Batch(SCHEMA_VERSION, 0, [hello(0), group()])]
+    b += [Batch(SCHEMA_VERSION, 0, op(i, 10 * i, 10 * i + 5, seq=i)) for i in range(10000)]
+    early = [Batch(SCHEMA_VERSION, 1, [group("g1", (1,))] + op(1000 + i, 50_000 + 10 * i, 50_000 + 10 * i + 5,
+                                                               gid="g1", seq=i)) for i in range(50)]
+    b = b[:1] + early + [Batch(SCHEMA_VERSION, 1, [hello(1)])] + b[1:]
+    events = order_events(b)
+    feed = ReplayFeed(b, clock=FakeClock())
+    assert feed.index.done.wait(60) and feed.index.state.checkpoints
+    feed.seek(0.2)
+    m = Model()
+    k = 0
+    for t, r, ev in events:
+        if t > feed.now_ns():
+            break
+        m.ingest(r, ev)
+        k += 1
+    same(feed, m, k)
