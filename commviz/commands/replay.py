@@ -21,8 +21,6 @@ def add_arguments(p) -> None:
 def run(args, cmd: list[str]) -> int:
     from commviz.tui.feed import ReplayFeed
 
-    from commviz.trace.torchfiles import parse_rank_map
-
     topology = topology_option(args.topology)
     # Read as it plays, never whole: the first pass (frame heads and hellos) and each
     # rank's last frame, then the dashboard; an index of seek checkpoints is built
@@ -31,8 +29,9 @@ def run(args, cmd: list[str]) -> int:
     if not stream.ranks:
         raise CommvizError(f"{args.path}: no events to replay")
     feed = ReplayFeed(stream, cut_off=stream.truncated, snapshot=stream.snapshot, speed=args.speed,
-                      name=os.path.basename(str(args.path).rstrip("/")), rank_map=parse_rank_map(args.rank_map))
+                      name=os.path.basename(str(args.path).rstrip("/")))
     if feed.done:
+        feed.close()
         raise CommvizError(f"{args.path}: no events to replay")
     return run_app(feed, f"commviz replay {os.path.basename(str(args.path))}", topology=topology,
                    simulate=topology is not None)

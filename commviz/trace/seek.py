@@ -257,8 +257,7 @@ class SeekIndex:
     """Runs `index_pass` beside a replay and keeps what it found in `state`; `done` is
     set when it is over (or failed: `state.error`). Its files go with it."""
 
-    def __init__(self, trace, template: bytes, cut_off: bool, rank_map: dict[str, int] | None = None,
-                 process: bool | None = None) -> None:
+    def __init__(self, trace, template: bytes, cut_off: bool, process: bool | None = None) -> None:
         self.state = IndexState()
         self.done = threading.Event()
         self.dir = tempfile.mkdtemp(prefix="commviz-seek-")
@@ -267,7 +266,7 @@ class SeekIndex:
         if process is None:
             process = isinstance(trace, StreamTrace)
         if process:
-            self._start_process(trace, template, cut_off, rank_map)
+            self._start_process(trace, template, cut_off)
         else:
             threading.Thread(target=self._run_here, args=(trace, template, cut_off), name="commviz-seek-index",
                              daemon=True).start()
@@ -294,7 +293,7 @@ class SeekIndex:
         finally:
             self.done.set()
 
-    def _start_process(self, trace, template: bytes, cut_off: bool, rank_map) -> None:
+    def _start_process(self, trace, template: bytes, cut_off: bool) -> None:
         # A plain child (`python -m commviz.trace.seek`), not multiprocessing's spawn,
         # which runs the parent's __main__ again in the child (a user's script without
         # a main guard would start a second replay). Its own session: a Ctrl-C in the

@@ -23,6 +23,8 @@ from commviz.model.clock import order_events  # noqa: F401  (tests read it here)
 from commviz.model.columns import END
 from commviz.model.state import Model
 from commviz.model.timeline import Timeline, mark_timeline
+from commviz.trace import seek
+from commviz.trace.seek import MemoryTrace, SeekIndex, StreamTrace
 from commviz.tui.fmt import format_seconds
 
 MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
@@ -86,11 +88,8 @@ class ReplayFeed:
         model: Model | None = None,
         cut_off: bool = False,
         snapshot: bool = False,
-        rank_map: dict[str, int] | None = None,
         index_process: bool | None = None,
     ) -> None:
-        from commviz.trace.seek import MemoryTrace, SeekIndex, StreamTrace
-
         self.lock = threading.Lock()
         # The app's update thread advances the feed while key presses pause, step and
         # seek it from the UI thread: the position and the clock anchor change together.
@@ -123,7 +122,7 @@ class ReplayFeed:
             template = pickle.dumps(self.model)
         except Exception:  # a model with callbacks: no index, a seek reads from the start
             template = None
-        self.index = None if template is None else SeekIndex(self._trace, template, cut_off, rank_map,
+        self.index = None if template is None else SeekIndex(self._trace, template, cut_off,
                                                              process=index_process)
         threading.Thread(target=self._await_index, name="commviz-timeline", daemon=True).start()
 
@@ -294,14 +293,12 @@ class ReplayFeed:
 
     def _open(self, checkpoint) -> None:
         """Read from the start, or from `checkpoint`'s place (the model is the caller's)."""
-        from commviz.trace.seek import load
-
         if checkpoint is None:
             cursor = self._trace.cursor()
             self._i, self._last_op, self._last_t = 0, -1, self.start_ns
         else:
             self.model.reset()  # its memory back before the checkpoint's model comes in
-            model, state = load(checkpoint)
+            model, state = seek.load(checkpoint)
             self.model.__dict__.clear()  # the same object: views hold it
             self.model.__dict__.update(model.__dict__)
             cursor = self._trace.cursor(state)
@@ -325,8 +322,6 @@ class ReplayFeed:
     def _await_index(self) -> None:
         """The index's findings onto the timeline: a streamed trace's marks as the pass
         reaches them, its end once known, the diagnoses at the end."""
-        from commviz.trace.seek import MemoryTrace
-
         idx = self.index
         if idx is not None:
             streamed = not isinstance(self._trace, MemoryTrace)  # (in memory: the marks are in already)
