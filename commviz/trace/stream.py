@@ -20,9 +20,8 @@ from typing import Callable, Iterator
 import msgspec
 
 from commviz.events import Batch, FrameError, Hello, decode_batch
-from commviz.model.clock import order_events
-from commviz.model.clock import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_stream,
-                                 order_stream_chunks)
+from commviz.model.clock import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events,
+                                 order_stream, order_stream_chunks)
 from commviz.trace import sources
 from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames, scan_frames
 
@@ -186,13 +185,14 @@ class TraceStream:
                 end = t if end is None or t > end else end
         return end
 
-    def _decode(self, path: str, start: int = 0, reader: FileFrames | None = None,
+    def _decode(self, path: str, stop: int, start: int = 0, reader: FileFrames | None = None,
                 count: bool = True) -> Iterator[tuple[int, Batch | None]]:
-        """The frames of `path` from offset `start`, decoded. `count`: this pass adds to
-        `bytes_done` and calls `progress` (a replay's many passes do not)."""
+        """The frames of `path` from offset `start` to `stop` (where the first pass
+        ended), decoded. `count`: this pass adds to `bytes_done` and calls `progress`
+        (a replay's many passes do not)."""
         scratch = Loaded()  # the first pass already noted cut-offs and bad lengths
         next_note = PROGRESS_EVERY
-        for off, payload in iter_frames(path, scratch, start, self._ends[self._files.index(path)]):
+        for off, payload in iter_frames(path, scratch, start, stop):
             if reader is not None:
                 reader.position = off + len(payload) + 4
                 reader.bytes_read += len(payload) + 4
@@ -233,7 +233,8 @@ class TraceStream:
 
     def _frames(self, positions: list | None = None, count: bool = True) -> list:
         positions = positions or [None] * (len(self._files) + len(self._memory))
-        frames: list = [FileFrames(self, f, pos or 0, count) for f, pos in zip(self._files, positions)]
+        frames: list = [FileFrames(self, f, stop, pos or 0, count)
+                        for f, stop, pos in zip(self._files, self._ends, positions)]
         for batches, pos in zip(self._memory, positions[len(self._files):]):
             frames.append(ListFrames(batches, pos or 0))
         return frames
@@ -254,10 +255,10 @@ class FileFrames:
     """One file's (rank, batch or None) frames, read from offset `start`; `position`
     is the offset of the next frame to read, for a merge's state."""
 
-    def __init__(self, stream: TraceStream, path: str, start: int = 0, count: bool = True) -> None:
+    def __init__(self, stream: TraceStream, path: str, stop: int, start: int = 0, count: bool = True) -> None:
         self.position = start
         self.bytes_read = 0
-        self._it = _with_rank(stream._decode(path, start, self, count))
+        self._it = _with_rank(stream._decode(path, stop, start, self, count))
 
     def __iter__(self) -> FileFrames:
         return self
