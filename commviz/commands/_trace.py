@@ -51,18 +51,19 @@ PROGRESS_EVERY_S = 1.0
 
 class Progress:
     """`commviz: reading FILE: 45% (48 of 106 MiB)` on stderr, at most once a second,
-    for a trace big enough to take a while."""
+    for a trace big enough to take a while (`scanning` in the first pass, which reads
+    only each frame's head)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._last = time.monotonic()
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, what: str = "reading") -> None:
         now = time.monotonic()
         if total < PROGRESS_FROM_BYTES or now - self._last < PROGRESS_EVERY_S:
             return
         self._last = now
-        print(f"commviz: reading {self.name}: {100 * done // max(total, 1)}% "
+        print(f"commviz: {what} {self.name}: {100 * done // max(total, 1)}% "
               f"({done >> 20} of {total >> 20} MiB)", file=sys.stderr, flush=True)
 
 

@@ -52,12 +52,15 @@ class TraceStream:
     what the first pass found and grow with what the decoding pass finds; `events()`
     can be iterated more than once (each time a fresh pass over the files)."""
 
-    def __init__(self, path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
+    def __init__(self, path: str | os.PathLike, progress: Callable[[int, int, str], None] | None = None,
                  rank_map: dict[str, int] | None = None) -> None:
         self.path = Path(path)
         self.rank_map = rank_map  # torch's files whose names end in no rank (`sources.open_trace`)
         self.info = Loaded()  # problems, bad_frames, truncated, files
-        self.progress = progress  # (bytes decoded, bytes in all files), called now and then
+        # (bytes done, bytes in all files, what: "scanning" in the first pass, else
+        # "reading"), called now and then
+        self.progress = progress
+        self._scan_total = 0
         self._files: list[str] = []
         self._ends: list[int] = []  # each file's offset after its last whole frame, at the first pass
         self._counts: list[dict[int, int]] = []
@@ -101,6 +104,7 @@ class TraceStream:
             if not files:  # torch's own files, or a clear error
                 self._take_whole(sources.open_trace(p, self.rank_map))
                 return
+            self._scan_total = sum(os.path.getsize(f) for f in files)
             for f in files:
                 self._scan_file(str(f))
             rings = Loaded()
@@ -108,6 +112,7 @@ class TraceStream:
                 add_ring(f, rings)
             self._take_whole(rings)
         elif _is_cvz(p):
+            self._scan_total = os.path.getsize(p)
             self._scan_file(str(p))
         else:
             self._take_whole(sources.open_trace(p, self.rank_map))  # a foreign format: its importer reads it whole
@@ -132,8 +137,12 @@ class TraceStream:
         newest_offset: dict[int, int] = {}
         self.info.files.append(path)
         end = 0
+        base, next_note = self.total_bytes, PROGRESS_EVERY  # (the files scanned before this one)
         for off, n, block, p in scan_frames(path, self.info):
             end = off + 4 + n
+            if end >= next_note and self.progress is not None:
+                self.progress(base + end, self._scan_total, "scanning")
+                next_note = end + PROGRESS_EVERY
             rank = frame_rank_at(block, p, n)
             if rank is None:
                 continue  # the decoding pass counts and names it
@@ -199,7 +208,7 @@ class TraceStream:
             if count:
                 self.bytes_done += len(payload) + 4
                 if self.bytes_done >= next_note and self.progress is not None:
-                    self.progress(self.bytes_done, self.total_bytes)
+                    self.progress(self.bytes_done, self.total_bytes, "reading")
                     next_note = self.bytes_done + PROGRESS_EVERY
             try:
                 yield 0, decode_batch(payload)
@@ -310,6 +319,6 @@ def _is_cvz(p: Path) -> bool:
         return f.read(len(MAGIC)) == MAGIC
 
 
-def open_trace(path: str | os.PathLike, progress: Callable[[int, int], None] | None = None,
+def open_trace(path: str | os.PathLike, progress: Callable[[int, int, str], None] | None = None,
                rank_map: dict[str, int] | None = None) -> TraceStream:
     return TraceStream(path, progress, rank_map)

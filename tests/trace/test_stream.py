@@ -99,9 +99,13 @@ def test_a_long_read_reports_progress(tmp_path, monkeypatch, capsys):
     synth().write(str(p), ranks=4, ops=2000)
     monkeypatch.setattr(stream, "PROGRESS_EVERY", 4096)
     seen = []
-    s = open_trace(p, progress=lambda done, total: seen.append((done, total)))
+    s = open_trace(p, progress=lambda done, total, what: seen.append((what, done, total)))
+    scanned = [x for x in seen if x[0] == "scanning"]
+    assert len(scanned) > 10 and scanned == sorted(scanned) and scanned[-1][1] <= s.total_bytes == scanned[-1][2]
+    seen.clear()
     list(s.events())
-    assert len(seen) > 10 and seen == sorted(seen) and seen[-1][1] == s.total_bytes
+    assert len(seen) > 10 and seen == sorted(seen) and seen[-1][2] == s.total_bytes
+    assert {what for what, _, _ in seen} == {"reading"}
     monkeypatch.setattr(_trace, "PROGRESS_FROM_BYTES", 0)
     monkeypatch.setattr(_trace, "PROGRESS_EVERY_S", 0.0)
     list(_trace.open_stream(p).events())
