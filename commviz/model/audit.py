@@ -17,9 +17,9 @@ from __future__ import annotations
 import bisect
 import collections
 from array import array
+from collections.abc import Iterable
 
 import numpy as np
-from collections.abc import Iterable
 
 from commviz.events import Audit, Hello
 
@@ -34,9 +34,9 @@ END_SLACK_NS = 100_000
 class Windows:
     """The recent events of one rank, as (group, start, end) on its monotonic clock.
 
-    Kept as three columns in a ring (two int64 arrays and a group index each), not as
-    tuples: at 256 ranks the full windows are 2M ops, ~270 MB as tuples and ~40 MB so,
-    and a replay's seek checkpoints pickle them whole (`trace/seek.py`)."""
+    Kept as three columns in a ring (two int64 arrays and a group index), not as
+    tuples: 20 bytes an op instead of ~130, and at 256 ranks the full windows are 2M
+    ops, which a replay's seek checkpoints pickle whole (`trace/seek.py`)."""
 
     def __init__(self, size: int = WINDOWS) -> None:
         self.maxlen = size
@@ -49,11 +49,15 @@ class Windows:
     def __len__(self) -> int:
         return len(self._t0)
 
+    def _ordered(self) -> tuple[array, array, array]:
+        """Starts, ends and group indices, oldest first."""
+        h = self._head
+        return self._t0[h:] + self._t0[:h], self._t1[h:] + self._t1[:h], self._g[h:] + self._g[:h]
+
     def __getstate__(self) -> dict:
         """Starts as differences and ends as durations, oldest first: small numbers,
-        which a replay's compressed seek checkpoints hold in a third of the room."""
-        h = self._head
-        t0, t1, g = (a[h:] + a[:h] for a in (self._t0, self._t1, self._g))
+        which compress well in a replay's seek checkpoints."""
+        t0, t1, g = self._ordered()
         a0 = np.frombuffer(t0, np.int64)
         state = dict(self.__dict__)
         state["_t0"] = np.diff(a0, prepend=0).tobytes()
@@ -71,8 +75,7 @@ class Windows:
     def ended(self) -> list[tuple[str, int, int]]:
         """(group, start, end), oldest first."""
         names = self._names
-        h = self._head
-        t0, t1, g = (a[h:] + a[:h] for a in (self._t0, self._t1, self._g))
+        t0, t1, g = self._ordered()
         return [(names[k], a, b) for k, a, b in zip(g, t0, t1)]
 
     def add(self, group: str, t0: int, t1: int) -> None:
@@ -108,10 +111,10 @@ class Windows:
             self._t1.extend(t1s)
             self._g.extend(gs)
             return
-        h = self._head
-        t0 = self._t0[h:] + self._t0[:h] + array("q", t0s)
-        t1 = self._t1[h:] + self._t1[:h] + array("q", t1s)
-        g = self._g[h:] + self._g[:h] + array("i", gs)
+        t0, t1, g = self._ordered()
+        t0 += array("q", t0s)
+        t1 += array("q", t1s)
+        g += array("i", gs)
         over = len(t0) - self.maxlen
         newest_out = max(t0[:over])
         if newest_out > self.dropped_before:

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from commviz.events import Event, Mark, OpStart
+from commviz.events import Event, Mark
+from commviz.model.columns import QUIET, START
 from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.state import Model
-from commviz.model.thresholds import Thresholds
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,6 @@ class Timeline:
         return self.ticks[i - 1] if i > 0 else None
 
 
-def build_timeline(events: list[tuple[int, int, Event]], cut_off: bool = False,
-                   thresholds: Thresholds | None = None) -> Timeline:
-    """The timeline of ordered events (`clock.order_events`): `mark_timeline`, then
-    `diagnosis_ticks` added (the costly part: a model fed the whole trace)."""
-    tl = mark_timeline(events)
-    tl.add(diagnosis_ticks(events, cut_off, thresholds))
-    return tl
-
-
 def mark_timeline(events: list[tuple[int, int, Event]]) -> Timeline:
     """The span and the marks: one quick pass."""
     if not events:
@@ -80,39 +71,20 @@ def mark_timeline(events: list[tuple[int, int, Event]]) -> Timeline:
     return Timeline(events[0][0], events[-1][0], marks)
 
 
-def diagnosis_ticks(events: list[tuple[int, int, Event]], cut_off: bool = False,
-                    thresholds: Thresholds | None = None) -> list[Tick]:
-    """Where each of the trace's diagnoses (as `commviz summary` finds them) began."""
-    if not events:
-        return []
-    scratch = DiagnosisTicks(Model(thresholds=thresholds))
-    for t, rank, ev in events:
-        scratch.model.ingest(rank, ev)
-        scratch.saw(t, ev)
-    return scratch.ticks(cut_off, events[-1][0])
-
-
 class DiagnosisTicks:
-    """What `diagnosis_ticks` keeps, for a pass that feeds `model` itself (in
-    batches, between seek checkpoints: `trace/seek.py`): `saw` each event in order,
-    then `ticks` once the trace is over."""
+    """Where each of the trace's diagnoses (as `commviz summary` finds them) began, for
+    a pass that feeds `model` the whole trace a chunk at a time (a replay's seek index,
+    `trace/seek.py`): `saw_chunk` each chunk in order, then `ticks` once it is over.
+    It keeps the marks it passes too."""
 
     def __init__(self, model: Model) -> None:
         self.model = model
         self.first_start: dict[tuple[str, int, str], int] = {}
         self.marks: list[Tick] = []
 
-    def saw(self, t: int, ev: Event) -> None:
-        tp = type(ev)
-        if tp is OpStart:
-            self.first_start.setdefault((ev.group, ev.seq, ev.op), t)
-        elif tp is Mark:
-            self.marks.append(Tick(t, ev.text))
-
     def saw_chunk(self, chunk) -> None:
-        """`saw` every event of a `columns.Chunk` (its `times` from the merge)."""
-        from commviz.model.columns import QUIET, START
-
+        """Each start's (group, seq, op) first seen, and the marks, of a `columns.Chunk`
+        (its `times` from the merge)."""
         kind, times, event = chunk.kind, chunk.times, chunk.event
         fs = self.first_start
         for k in np.flatnonzero(kind == START).tolist():

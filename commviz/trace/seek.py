@@ -30,11 +30,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from commviz.events import Batch, Hello
-from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events
+from commviz.events import Batch
+from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, order_events
 from commviz.model.columns import END
 from commviz.model.timeline import DiagnosisTicks, Tick
-from commviz.trace.stream import ListFrames
+from commviz.trace.stream import ListFrames, first_hello_offsets, frame_counts
 
 CHECKPOINTS = 32  # along a trace on disk: a seek then reads at most ~1/32 of it
 MIN_SPACING = 100_000  # events between two checkpoints at least (fewer: reading on is quick)
@@ -57,18 +57,10 @@ class MemoryTrace:
         return iter(self.events[state:]) if state else iter(self.events)
 
     def chunk_merge(self, chunk: int | None = None) -> ChunkMerge:
-        """The merge of `order_events`'s order: events a rank sent before its first
-        Hello take that Hello's offset there, so here too."""
-        counts: dict[int, int] = {}
-        first: dict[int, int] = {}
-        for b in self.batches:
-            counts[b.rank] = counts.get(b.rank, 0) + 1
-            if b.rank not in first:
-                for ev in b.events:
-                    if type(ev) is Hello:
-                        first[b.rank] = offset_ns(ev)
-                        break
-        return ChunkMerge([StreamSource(ListFrames(self.batches), counts)], first, chunk or CHUNK)
+        """The merge of `order_events`'s order (each rank's first Hello offset for the
+        events it sent before it, too)."""
+        source = StreamSource(ListFrames(self.batches), frame_counts(self.batches))
+        return ChunkMerge([source], first_hello_offsets(self.batches), chunk or CHUNK)
 
     def state_of(self, merge: ChunkMerge, n: int) -> int:
         return n
@@ -167,7 +159,14 @@ class ChunkCursor:
 
 
 def bytes_read(merge: ChunkMerge) -> int:
-    return sum(getattr(s.frames, "bytes_read", 0) for s in merge.sources)
+    return sum(s.frames.bytes_read for s in merge.sources)
+
+
+def last_op(chunk, n: int, before: int) -> int:
+    """The index of the newest OpStart/OpEnd once `chunk` follows `n` events (`before`
+    if it holds none): what a step back undoes first."""
+    ops = np.flatnonzero(chunk.kind <= END)
+    return n + int(ops[-1]) if len(ops) else before
 
 
 @dataclass(frozen=True)
@@ -215,20 +214,18 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
     every = least if total_bytes else max(least, (trace.total or 0) // count)
     step_bytes = total_bytes // count if total_bytes else 0
     next_bytes = step_bytes
-    n, last_op, last_t, since, sent_marks = 0, -1, trace.start, 0, 0
+    n, newest_op, last_t, since, sent_marks = 0, -1, trace.start, 0, 0
     for chunk in merge:
         if alive is not None and not alive():
             raise Orphaned
         model.ingest_chunk(chunk)
         seen.saw_chunk(chunk)
-        ops = np.flatnonzero(chunk.kind <= END)
-        if len(ops):
-            last_op = n + int(ops[-1])
+        newest_op = last_op(chunk, n, newest_op)
         n += len(chunk)
         since += len(chunk)
         last_t = int(chunk.times[-1])
         if since >= every and (not step_bytes or bytes_read(merge) >= next_bytes):
-            ck = Checkpoint(n, last_t, last_op, os.path.join(save_dir, f"{n}.ckpt"))
+            ck = Checkpoint(n, last_t, newest_op, os.path.join(save_dir, f"{n}.ckpt"))
             save(ck.file, model, trace.state_of(merge, n))
             since = 0
             next_bytes = bytes_read(merge) + step_bytes

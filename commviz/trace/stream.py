@@ -126,10 +126,8 @@ class TraceStream:
         self.info.snapshot = self.info.snapshot or loaded.snapshot
         if loaded.batches:
             self._memory.append(loaded.batches)
-            for b in loaded.batches:
-                for ev in b.events:
-                    if isinstance(ev, Hello):
-                        self.first_offset.setdefault(b.rank, offset_ns(ev))
+            for rank, off in first_hello_offsets(loaded.batches).items():
+                self.first_offset.setdefault(rank, off)
 
     def _scan_file(self, path: str) -> None:
         counts: dict[int, int] = {}
@@ -251,13 +249,29 @@ class TraceStream:
     def _sources(self, count: bool = True) -> list[StreamSource]:
         if count:
             self.bytes_done = 0
-        counts = list(self._counts)
-        for batches in self._memory:
-            c: dict[int, int] = {}
-            for b in batches:
-                c[b.rank] = c.get(b.rank, 0) + 1
-            counts.append(c)
+        counts = self._counts + [frame_counts(batches) for batches in self._memory]
         return [StreamSource(f, c) for f, c in zip(self._frames(count=count), counts)]
+
+
+def frame_counts(batches: list[Batch]) -> dict[int, int]:
+    """rank -> how many of `batches` are its (what `clock.StreamSource` is told)."""
+    counts: dict[int, int] = {}
+    for b in batches:
+        counts[b.rank] = counts.get(b.rank, 0) + 1
+    return counts
+
+
+def first_hello_offsets(batches: list[Batch]) -> dict[int, int]:
+    """rank -> the clock offset of its first Hello in `batches` (`order_events` gives
+    it to the events a rank sent before that Hello too)."""
+    first: dict[int, int] = {}
+    for b in batches:
+        if b.rank not in first:
+            for ev in b.events:
+                if type(ev) is Hello:
+                    first[b.rank] = offset_ns(ev)
+                    break
+    return first
 
 
 class FileFrames:

@@ -16,15 +16,14 @@ import threading
 import time
 from typing import Callable, Protocol, runtime_checkable
 
-import numpy as np
-
 from commviz.events import Batch, Event, OpEnd, OpStart
 from commviz.model.clock import order_events  # noqa: F401  (tests read it here)
-from commviz.model.columns import END
+from commviz.model.columns import no_gc
 from commviz.model.state import Model
 from commviz.model.timeline import Timeline, mark_timeline
 from commviz.trace import seek
 from commviz.trace.seek import MemoryTrace, SeekIndex, StreamTrace
+from commviz.trace.stream import TraceStream
 from commviz.tui.fmt import format_seconds
 
 MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
@@ -79,7 +78,7 @@ class ReplayFeed:
 
     def __init__(
         self,
-        source,
+        source: list[Batch] | TraceStream,
         clock: Callable[[], float] = time.monotonic,
         *,
         speed: float | None = 1.0,
@@ -348,8 +347,6 @@ class ReplayFeed:
         """The model with the first events of the trace: the first `n_max`, or all
         those at or before `t_max` (call with the lock held). It starts from the state
         it is in, a checkpoint or the start, whichever is latest and not past the target."""
-        from commviz.model.columns import no_gc
-
         with no_gc():
             self._goto_here(n_max, t_max)
 
@@ -391,9 +388,7 @@ class ReplayFeed:
             for part in it.take_chunks(t_max if t_max is not None else float("inf"),
                                        None if n_max is None else n_max - i):
                 self.model.ingest_chunk(part)
-                ops = np.flatnonzero(part.kind <= END)
-                if len(ops):
-                    last_op = i + int(ops[-1])
+                last_op = seek.last_op(part, i, last_op)
                 i += len(part)
                 last_t = int(part.times[-1])
                 if deadline is not None and time.monotonic() > deadline:
