@@ -21,11 +21,10 @@ LIVENESS_EVERY_S = 0.5
 # a collective is taken in bulk only when all its members' frames are in one batch.
 # The model is at most this far behind what has arrived...
 DRAIN_S = 0.25
-# ...or this many events, whichever comes first. 1: each frame goes in on arrival
-# (its own batch). Batching across frames is built and tested (tests/test_live_batches.py)
-# but measured slower at 1,024 ranks and 30k events/s (49k against 100k events/CPU-s,
-# cause not found yet), so it is off until it pays; 200_000 turns it on.
-DRAIN_EVENTS = 1
+# ...or this many events, whichever comes first (1: each frame goes in on arrival, its
+# own batch). A batch takes a collective in bulk only if all its members' frames are
+# in it: at 1,024 ranks whose frames carry 64 steps, one instance spans 131,072 events.
+DRAIN_EVENTS = 200_000
 
 
 class DrainingLock:

@@ -748,18 +748,26 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
         r.last_op, r.last_op_end, r.last_start = e[5], e[6], e[7]
 
 
+def _arrivals(p: _Plan) -> np.ndarray:
+    """Per fast end: its collective's last member's arrival so far (data moves from
+    then), the latest start of its instance before the end in the batch. Live, frames
+    come in arrival order and most ends precede some member's start, so this is a
+    prefix maximum per instance, taken in one pass: starts sorted by instance and
+    position, their times as dense ranks packed under the instance number, so one
+    running maximum never crosses from one instance into the next."""
+    finv = p.finv.astype(np.int64)
+    o = np.lexsort((p.s_pos, finv))
+    vals, vr = np.unique(p.s_wall, return_inverse=True)
+    nv = len(vals)
+    run = np.maximum.accumulate(finv[o] * nv + vr.reshape(-1)[o])
+    span = int(max(p.s_pos.max(), p.e_pos.max())) + 1
+    at = np.searchsorted(finv[o] * span + p.s_pos[o], finv * span + p.e_pos) - 1  # its own start, or later
+    return vals[run[at] - finv * nv]
+
+
 def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
     """Flows as `Model._end` feeds them, every end of the batch in position order."""
-    # A collective's data moves from its last member's arrival so far: the latest start
-    # of its instance before this end — nearly always every start of it.
-    last_start_pos = np.full(p.nf, -1)
-    np.maximum.at(last_start_pos, p.finv, p.s_pos)
-    newest = np.zeros(p.nf, np.int64)
-    np.maximum.at(newest, p.finv, p.s_wall)
-    arrived = newest[p.finv]
-    for k in np.flatnonzero(p.e_pos < last_start_pos[p.finv]).tolist():
-        before = (p.finv == p.finv[k]) & (p.s_pos < p.e_pos[k])
-        arrived[k] = p.s_wall[before].max()
+    arrived = _arrivals(p)
     order = np.argsort(p.e_pos, kind="stable")
     sig = p.sig[order].tolist()
     ops = [k[0] for k in p.sig_list]

@@ -10,6 +10,7 @@ import pytest
 
 from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample
 from commviz.model import Model, audit, columns
+from commviz.model import flows as flows_mod
 
 
 def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> list[tuple[int, object]]:
@@ -129,8 +130,16 @@ def _state(m: Model) -> dict:
         "marks": list(m.marks), "edges": dict(flows.edges), "buckets": {e: dict(b) for e, b in flows.buckets.items()},
         "newest": flows.newest, "flow_rates": flows.rates(m.last_t),
         "throughput": [m.traffic.throughput.series(m.last_t, 40, rank) for rank in (None, 0, 1)],
+        "throughput_rings": _rings(m.traffic.throughput),
         "summary": m.summary(), "rows": m.rank_rows(m.last_t),
     }
+
+
+def _rings(tp) -> list:
+    """Every bucket the throughput holds, totals and per rank."""
+    tp.flush()
+    rings = [("all", tp.total)] + sorted(tp.ranks.items())
+    return [(k, list(r.stamp), list(r.tx), list(r.rx), list(r.ops)) for k, r in rings]
 
 
 def _feed_in_batches(m: Model, trace: list, rng: random.Random) -> None:
@@ -153,10 +162,17 @@ def small_batches(monkeypatch):
 
 
 @pytest.mark.parametrize("seed", range(16))
-@pytest.mark.parametrize("flows", [False, True])
+@pytest.mark.parametrize("flows", [False, True, "fine"])
 def test_batches_leave_the_state_one_event_at_a_time_leaves(seed, flows, monkeypatch):
+    if flows == "fine":
+        # Buckets of 50 µs, rings long enough for the whole trace: a transfer (~100 µs
+        # here) is spread over several, so where it starts — its collective's last
+        # member's arrival before its end, which in arrival order often comes after
+        # other members' ends — shows in the throughput rings.
+        monkeypatch.setattr(flows_mod.FlowModel.__init__, "__defaults__", (50_000,))
+        monkeypatch.setattr(flows_mod.Throughput.__init__, "__defaults__", (50_000, 4096, 4096))
     trace = _trace(seed)
-    one, many = Model(flows=flows), Model(flows=flows)
+    one, many = Model(flows=bool(flows)), Model(flows=bool(flows))
     for r, ev in trace:
         one.ingest(r, ev)
     taken = _spy_fast(monkeypatch)
