@@ -53,7 +53,7 @@ class GroupDef(msgspec.Struct, tag="group", array_like=True, omit_defaults=True)
     name: str = ""
 
 
-class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True):
+class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True, gc=False):
     """A rank entered an op. `seq` counts top-level collectives per group; for
     point-to-point ops it counts per (direction, peer) so the k-th send a→b pairs
     with the k-th recv on b from a."""
@@ -75,7 +75,7 @@ class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True):
     params: int = 0  # parameters in that bucket
 
 
-class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True):
+class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=False):
     """The op finished (or failed). `bytes`/`peer` >= 0 override the start's when
     they are only known at the end (object collectives, recv from any source).
 

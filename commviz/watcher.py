@@ -183,7 +183,7 @@ class LiveFeed:
         at most once a second per peer; the model learns the count and the last
         description here."""
         n, self._unsynced = self._unsynced, 0
-        with self.lock:
+        with self.view_lock:  # counts only: no reason to cut the batch the queue is building
             m = self.model
             if n and self.errors:
                 m.note_decode_error(self.errors[-1])
@@ -194,7 +194,7 @@ class LiveFeed:
         while not self._stop.wait(LIVENESS_EVERY_S):
             self._sync_counts()
             self.collect_rings()
-            with self.lock:
+            with self.view_lock:  # a hello still queued is seen on the next round
                 candidates = [
                     (r.rank, r.hello.pid)
                     for r in self.model.ranks.values()

@@ -38,6 +38,7 @@ import numpy as np
 
 from commviz import ops as opcat
 from commviz.events import Counters, Mark, OpEnd, OpStart, Sample
+from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
 from commviz.model.straggler import Arrival
 
@@ -765,23 +766,43 @@ def _arrivals(p: _Plan) -> np.ndarray:
     return vals[run[at] - finv * nv]
 
 
+def _ring_next(p: _Plan, order: np.ndarray, ranks: np.ndarray, nbytes: np.ndarray) -> tuple:
+    """Per fast end (in `order`): whom a ring collective's rank sends to and how many
+    bytes, as `Traffic.op_end` works them out (`flows.RING_2`, `RING_1`: the next
+    member in group order, 2(n-1)/n·S or (n-1)/n·S); dst -1 where it is not a ring
+    end that moves bytes."""
+    dst = np.full(len(order), -1, np.int64)
+    v = np.zeros(len(order))
+    sig = p.sig[order]
+    for k, key in enumerate(p.sig_list):
+        pat = flows_mod.PATTERNS.get(key[0], flows_mod.NOTHING)
+        members = p.members[p.sig_group[k]]
+        if pat not in (flows_mod.RING_2, flows_mod.RING_1) or not members or len(members) < 2:
+            continue
+        sel = np.flatnonzero((sig == k) & (nbytes > 0))
+        if not len(sel):
+            continue
+        n = len(members)
+        nxt = {r: members[(i + 1) % n] for i, r in enumerate(members)}  # a rank listed twice: its last place, as op_end
+        dst[sel] = np.fromiter(map(nxt.get, ranks[sel].tolist(), repeat(-1)), np.int64, len(sel))
+        f = 2.0 * (n - 1) / n if pat == flows_mod.RING_2 else (n - 1) / n
+        v[sel] = f * nbytes[sel]
+    return dst, v
+
+
 def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
     """Flows as `Model._end` feeds them, every end of the batch in position order."""
     arrived = _arrivals(p)
     order = np.argsort(p.e_pos, kind="stable")
+    ranks, nbytes = p.ur[p.ri[order]], p.nbytes[order]
+    t0, t1, arr = p.s_wall[order], p.e_wall[order], arrived[order]
+    start = np.where((t0 < arr) & (arr < t1), arr, t0)  # a transfer starts at the last arrival
+    dst, v = _ring_next(p, order, ranks, nbytes)
     sig = p.sig[order].tolist()
     ops = [k[0] for k in p.sig_list]
     roots = [k[4] for k in p.sig_list]
     mems = [p.members[g] for g in p.sig_group.tolist()]
-    fast = zip(p.e_pos[order].tolist(), p.ur[p.ri[order]].tolist(), sig, p.nbytes[order].tolist(),
-               p.s_wall[order].tolist(), p.e_wall[order].tolist(), arrived[order].tolist())
-    slow = d.traffic  # (pos, args, kwargs), in position order
-    j, ns = 0, len(slow)
-    op_end = model.traffic.op_end
-    for pos, rank, g, nbytes, t0, t1, arr in fast:
-        while j < ns and slow[j][0] < pos:
-            op_end(*slow[j][1], **slow[j][2])
-            j += 1
-        op_end(rank, ops[g], nbytes, t0, t1, failed=False, root=roots[g], members=mems[g], arrived=arr)
-    for _, args, kw in slow[j:]:
-        op_end(*args, **kw)
+    ends = zip(p.e_pos[order].tolist(), ranks.tolist(), map(ops.__getitem__, sig), nbytes.tolist(), t0.tolist(),
+               t1.tolist(), map(roots.__getitem__, sig), map(mems.__getitem__, sig), arr.tolist(), dst.tolist(),
+               v.tolist(), start.tolist())
+    model.traffic.ring_ends(ends, d.traffic)
