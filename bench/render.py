@@ -1,12 +1,15 @@
 """The dashboard headless (Textual's run_test) on a synthetic live job: a producer
-thread ingests ring all_reduce events into the model under the feed's lock, as the
-transport server does, while the app draws. Prints, per world size, the frames/s the
-screen actually repainted, the time one frame took (Textual's compositor update,
-which calls our render_line) and our ticks took on the UI thread, how long a snapshot
-(taken on the app's update thread) held the lock,
-and the event rate the producer held at the same time.
+thread hands ring all_reduce frames to a real `watcher.LiveFeed` (not started on any
+socket: frames go in through the callback the transport server calls, so they queue
+and reach the model a batch at a time as in `commviz watch`), while the app draws.
+`--ingest each` is the older path, each event into the model on its own under the
+lock, 256 per acquisition. Prints, per world size, the frames/s the screen actually
+repainted, the time one frame took (Textual's compositor update, which calls our
+render_line) and our ticks took on the UI thread, how long a snapshot (taken on the
+app's update thread) held the lock, and the event rate the producer held at the same
+time.
 
-    python bench/render.py [--ranks 8,64,1024] [--rate 100000] [--seconds 5] [--size 160x50]
+    python bench/render.py [--ranks 8,64,1024] [--rate 100000] [--seconds 5] [--size 160x50] [--ingest batches|each]
 
 Frames are capped by the animation clock (--anim-hz, default 30) and Textual's own
 update period (60/s); the figure to compare with the targets is frames/s (>= 30 at 64
@@ -20,14 +23,16 @@ import asyncio
 import os
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commviz.events import GroupDef, Hello, OpEnd, OpStart  # noqa: E402
+from commviz.events import BASE_SCHEMA, Batch, GroupDef, Hello, OpEnd, OpStart  # noqa: E402
 from commviz.model.state import Model  # noqa: E402
 from commviz.tui.app import WatchApp  # noqa: E402
+from commviz.watcher import LiveFeed  # noqa: E402
 
 CHUNK = 256  # events per lock acquisition (a transport batch)
 
@@ -53,7 +58,7 @@ class Producer(threading.Thread):
     """Ring all_reduce instances on `n` ranks at up to `rate` events/s, every event
     stamped with the current time so the dashboard sees them as live."""
 
-    def __init__(self, feed: BenchFeed, n: int, rate: float) -> None:
+    def __init__(self, feed, n: int, rate: float) -> None:
         super().__init__(daemon=True, name="bench-producer")
         self.feed, self.n, self.rate = feed, n, rate
         self.stop = threading.Event()
@@ -61,15 +66,19 @@ class Producer(threading.Thread):
         self.t0 = self.t1 = 0.0
         self.lock_waits: list[float] = []
 
-    def hello(self) -> None:
+    def _hellos(self) -> list[list]:
         mono, wall = time.monotonic_ns(), time.time_ns()
+        return [[Hello(rank=r, local_rank=r % 8, world_size=self.n, host=f"node{r // 8}", pid=10_000 + r,
+                       backend="gloo", device="cpu", torch_version="bench", commviz_version="bench",
+                       job="bench", mono_ns=mono, wall_ns=wall), GroupDef("0", list(range(self.n)), "gloo")]
+                for r in range(self.n)]
+
+    def hello(self) -> None:
         with self.feed.lock:
             m = self.feed.model
-            for r in range(self.n):
-                m.ingest(r, Hello(rank=r, local_rank=r % 8, world_size=self.n, host=f"node{r // 8}", pid=10_000 + r,
-                                  backend="gloo", device="cpu", torch_version="bench", commviz_version="bench",
-                                  job="bench", mono_ns=mono, wall_ns=wall))
-                m.ingest(r, GroupDef("0", list(range(self.n)), "gloo"))
+            for r, evs in enumerate(self._hellos()):
+                for ev in evs:
+                    m.ingest(r, ev)
 
     def run(self) -> None:
         n, feed = self.n, self.feed
@@ -88,9 +97,42 @@ class Producer(threading.Thread):
                         ingest(r, ev)
             self.sent += len(evs)
             seq += 1
-            ahead = self.sent / self.rate - (time.perf_counter() - self.t0)
-            if ahead > 0:
-                time.sleep(ahead)
+            self._pace()
+        self.t1 = time.perf_counter()
+
+    def _pace(self) -> None:
+        ahead = self.sent / self.rate - (time.perf_counter() - self.t0)
+        if ahead > 0:
+            time.sleep(ahead)
+
+
+class FrameProducer(Producer):
+    """The same instances as frames, a rank's frame holding `steps` of them (what a
+    probe flushes), handed to the feed as the transport server hands them on."""
+
+    def hello(self) -> None:
+        for r, evs in enumerate(self._hellos()):
+            self.feed._on_batch(Batch(BASE_SCHEMA, r, evs), b"")
+        self.feed.drain()
+
+    def run(self) -> None:
+        n, feed = self.n, self.feed
+        steps = max(1, 8192 // (2 * n))  # about 8k events a round of frames
+        seq = 0
+        self.t0 = time.perf_counter()
+        while not self.stop.is_set():
+            t = time.monotonic_ns()
+            for r in range(n):
+                evs = []
+                for k in range(seq, seq + steps):
+                    evs.append(OpStart(k, t + r + 1000 * (k - seq), "all_reduce", "0", k, 1 << 20))
+                    evs.append(OpEnd(k, t + 200_000 + r + 1000 * (k - seq)))
+                w0 = time.perf_counter()
+                feed._on_batch(Batch(BASE_SCHEMA, r, evs), b"")
+                self.lock_waits.append(time.perf_counter() - w0)
+                self.sent += len(evs)
+            seq += steps
+            self._pace()
         self.t1 = time.perf_counter()
 
 
@@ -104,9 +146,15 @@ def _timed(store: list[float], fn):
     return wrapper
 
 
-async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], anim_hz: float, warmup: float) -> dict:
-    feed = BenchFeed()
-    prod = Producer(feed, n, rate)
+async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], anim_hz: float, warmup: float,
+                  each: bool = False) -> dict:
+    if each:
+        feed = BenchFeed()
+        prod = Producer(feed, n, rate)
+    else:
+        feed = LiveFeed(f"ipc://{tempfile.mkdtemp(prefix='cvz-render-')}/w.sock")
+        feed.start()
+        prod = FrameProducer(feed, n, rate)
     prod.hello()
     frames: list[float] = []
     data_ticks: list[float] = []
@@ -141,6 +189,8 @@ async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], an
         nframes = len(frames)
         prod.stop.set()
         prod.join(5)
+        if not each:
+            feed.close()
         flow = app.query_one("#flow")
         kind = flow.flow_layout.kind if flow.flow_layout else "-"
     span = t1 - t0
@@ -175,15 +225,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.5)
     ap.add_argument("--size", default="160x50", help="terminal WxH (default 160x50)")
     ap.add_argument("--anim-hz", type=float, default=30.0)
+    ap.add_argument("--ingest", choices=("batches", "each"), default="batches",
+                    help="frames through the live feed's queue (as commviz watch), or each event on its own")
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.lower().split("x"))
     print(f"terminal {w}x{h}, animation {args.anim_hz:g}/s, data 4/s, target {args.rate:,.0f} events/s, "
-          f"{args.seconds:g} s per size, {os.cpu_count()} CPUs")
+          f"{args.seconds:g} s per size, ingest {args.ingest}, {os.cpu_count()} CPUs")
     head = (f"{'ranks':>6} {'layout':>6} {'frames/s':>9} {'frame ms':>9} {'p95 ms':>7} {'data tick':>10} "
             f"{'anim tick':>10} {'lock hold (max)':>16} {'events/s held':>14}")
     print(head)
     for n in (int(x) for x in args.ranks.split(",")):
-        r = asyncio.run(run_one(n, args.rate, args.seconds, (w, h), args.anim_hz, args.warmup))
+        r = asyncio.run(run_one(n, args.rate, args.seconds, (w, h), args.anim_hz, args.warmup, args.ingest == "each"))
         print(f"{r['ranks']:>6} {r['layout']:>6} {r['fps']:>9.1f} {r['frame_ms']:>9.2f} {r['frame_p95_ms']:>7.2f} "
               f"{r['data_tick_ms']:>8.2f}ms {r['anim_tick_ms']:>8.2f}ms "
               f"{r['lock_hold_ms']:>6.2f}ms ({r['lock_hold_max_ms']:>5.1f}) "

@@ -798,11 +798,7 @@ def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
     t0, t1, arr = p.s_wall[order], p.e_wall[order], arrived[order]
     start = np.where((t0 < arr) & (arr < t1), arr, t0)  # a transfer starts at the last arrival
     dst, v = _ring_next(p, order, ranks, nbytes)
-    sig = p.sig[order].tolist()
-    ops = [k[0] for k in p.sig_list]
-    roots = [k[4] for k in p.sig_list]
-    mems = [p.members[g] for g in p.sig_group.tolist()]
-    ends = zip(p.e_pos[order].tolist(), ranks.tolist(), map(ops.__getitem__, sig), nbytes.tolist(), t0.tolist(),
-               t1.tolist(), map(roots.__getitem__, sig), map(mems.__getitem__, sig), arr.tolist(), dst.tolist(),
-               v.tolist(), start.tolist())
+    ends = flows_mod.RingEnds(p.e_pos[order], ranks, nbytes, t0, t1, arr, dst, v, start, p.sig[order],
+                              [k[0] for k in p.sig_list], [k[4] for k in p.sig_list],
+                              [p.members[g] for g in p.sig_group.tolist()])
     model.traffic.ring_ends(ends, d.traffic)

@@ -32,7 +32,9 @@ bytes, when, and for a collective its group's members and the last member's arri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import NamedTuple
+
+import numpy as np
 
 from commviz import ops as opcat
 from commviz.model.throughput import BUCKET_NS, Throughput, rate_window
@@ -55,6 +57,43 @@ TO_ROOT = "to_root"  # reduce-like: each -> root, S
 TO_ROOT_SPLIT = "to_root_split"  # gather-like: each -> root, S/n
 SEND = "send"
 NOTHING = ""
+
+
+RUN_MIN = 64  # a shorter run of ring ends is cheaper through op_end
+
+
+class RingEnds(NamedTuple):
+    """Ends of collectives that did not fail, in position order, as columns (what
+    `Traffic.ring_ends` takes): where each lies in the batch, its rank, bytes, start
+    and end wall ns, its collective's last arrival before it; for a ring transfer,
+    whom it sends to (`dst`, -1 for any other end), how many bytes (`v`) and from when
+    (`start`). `sig` codes each end's (op, root, group members) in the three lists."""
+
+    pos: np.ndarray
+    rank: np.ndarray
+    nbytes: np.ndarray
+    t0: np.ndarray
+    t1: np.ndarray
+    arrived: np.ndarray
+    dst: np.ndarray
+    v: np.ndarray
+    start: np.ndarray
+    sig: np.ndarray
+    ops: list
+    roots: list
+    members: list
+
+
+def _acc_add(acc: dict, keys: np.ndarray, v: np.ndarray) -> None:
+    """`acc[k] = acc.get(k, 0.0) + v[i]` for each i in order, keys new to `acc` added in
+    the order they first come."""
+    uk, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    ks = uk.tolist()
+    sums = np.array([acc.get(k, 0.0) for k in ks])
+    np.add.at(sums, inv.reshape(-1), v)
+    sums = sums.tolist()
+    for i in np.argsort(first, kind="stable").tolist():
+        acc[ks[i]] = sums[i]
 
 
 def _pattern(op: str) -> str:
@@ -272,51 +311,95 @@ class Traffic:
             got = self._index[id(members)] = (members, {r: i for i, r in enumerate(members)})
         return got[1].get(rank)
 
-    def ring_ends(self, ends: Iterable[tuple], slow: list[tuple]) -> None:
-        """Many ends at once, in position order, as `op_end` one at a time would leave
-        them: `ends` are (pos, rank, op, nbytes, t0, t1, root, members, arrived, dst,
-        v, start) of collectives that did not fail, `slow` (pos, args, kwargs) of
-        `op_end` calls to interleave by position. An end of a ring collective (`dst`
-        >= 0: it credits `v` bytes rank→dst from `start`) whose transfer lies in the
-        newest bucket of both flows and throughput, on an edge seen before, is applied
-        here inline — the same additions in the same order, without the five calls
-        per end `op_end` makes; any other goes through `op_end`."""
+    def ring_ends(self, ends: "RingEnds", slow: list[tuple]) -> None:
+        """Many ends at once, in position order, leaving what `op_end` one at a time
+        would leave, to the bit: `ends` of collectives that did not fail, `slow`
+        (pos, args, kwargs) of `op_end` calls to interleave by position.
+
+        A run of ring ends whose transfers lie in the newest bucket of both flows and
+        throughput is applied in columns (`_ring_run`): within such a run no bucket
+        opens or closes, so each sum it touches only grows, and `np.add.at` adds in
+        index order, the order `op_end` would. Every other end (a transfer over two
+        buckets, a late one, one that opens a bucket, any other pattern) goes through
+        `op_end` in its place, and the runs after it are found again."""
         flows, tp = self.flows, self.throughput
-        b = flows.bucket_ns
-        inline = b == tp.bucket_ns
-        edges, ops_acc, tx, rx = flows.edges, tp._ops, tp._tx, tp._rx
         op_end = self.op_end
+        b = flows.bucket_ns
+        n = len(ends.pos)
+        e = ends.t1 // b
+        ring = (ends.dst >= 0) & ((ends.start >= ends.t1) | (ends.start // b == e)) & (b == tp.bucket_ns)
+        slow_at = np.searchsorted(ends.pos, np.fromiter((x[0] for x in slow), np.int64, len(slow)))
         j, ns = 0, len(slow)
-        newest = -2  # (flows' newest bucket, its cells) as last read; -2: read again
-        cells: dict = {}
-        for pos, rank, op, nbytes, t0, t1, root, members, arrived, dst, v, start in ends:
-            while j < ns and slow[j][0] < pos:
+        state = None
+        i = 0
+        while i < n or j < ns:
+            while j < ns and (i >= n or slow_at[j] <= i):
                 op_end(*slow[j][1], **slow[j][2])
-                newest = -2
                 j += 1
-            if inline and dst >= 0:
-                e = t1 // b
-                if newest != flows.newest:  # after an `op_end`: what it may have moved or replaced
-                    newest, edges = flows.newest, flows.edges
-                    cells = flows.buckets.get(newest) or {}
-                if e == newest and e == tp.newest and (start >= t1 or start // b == e):
-                    key = (rank, dst)
-                    info = edges.get(key)
-                    cell = cells.get(key)
-                    if info is not None and cell is not None:
-                        ops_acc[rank] = ops_acc.get(rank, 0.0) + 1.0
-                        info[MODELLED] += v
-                        if t1 > info[LAST_T]:
-                            info[LAST_T] = t1
-                        info[LAST_OP] = op
-                        tx[rank] = tx.get(rank, 0.0) + v
-                        rx[dst] = rx.get(dst, 0.0) + v
-                        cell[MODELLED] += v
-                        continue
-            op_end(rank, op, nbytes, t0, t1, failed=False, root=root, members=members, arrived=arrived)
-            newest = -2
-        for _, args, kw in slow[j:]:
-            op_end(*args, **kw)
+            if i >= n:
+                continue
+            if state != (flows.newest, tp.newest):
+                state = (flows.newest, tp.newest)
+                odd = np.flatnonzero(~(ring & (e == flows.newest) & (e == tp.newest)))
+            stop = min(int(odd[k]) if (k := np.searchsorted(odd, i)) < len(odd) else n,
+                       int(slow_at[j]) if j < ns else n)
+            if stop > i and self._ring_run(ends, i, stop):
+                i = stop
+                continue
+            for k in range(i, max(stop, i + 1)):  # one by one: an odd end, or a run `_ring_run` declined
+                g = int(ends.sig[k])
+                op_end(int(ends.rank[k]), ends.ops[g], int(ends.nbytes[k]), int(ends.t0[k]), int(ends.t1[k]),
+                       failed=False, root=ends.roots[g], members=ends.members[g], arrived=int(ends.arrived[k]))
+            i = max(stop, i + 1)
+
+    def _ring_run(self, ends: "RingEnds", lo: int, hi: int) -> bool:
+        """Ends lo..hi-1, ring transfers inside the newest bucket, in columns; False
+        (nothing done) where a new edge would push the table past `MAX_EDGES` (its
+        eviction is for `op_end`) or a rank does not pack into a key."""
+        flows, tp = self.flows, self.throughput
+        rank, dst, v, t1 = ends.rank[lo:hi], ends.dst[lo:hi], ends.v[lo:hi], ends.t1[lo:hi]
+        if hi - lo < RUN_MIN or rank.min() < 0 or max(int(rank.max()), int(dst.max())) >= 1 << 31:
+            return False
+        edges = flows.edges
+        ukey, first, inv = np.unique((rank << 32) | dst, return_index=True, return_inverse=True)
+        keys = [(k >> 32, k & 0xFFFFFFFF) for k in ukey.tolist()]
+        infos = [edges.get(k) for k in keys]
+        new = [i for i in np.argsort(first, kind="stable").tolist() if infos[i] is None]  # in order of first credit
+        if len(edges) + len(new) > MAX_EDGES:
+            return False
+        for i in new:
+            infos[i] = edges[keys[i]] = [0.0, 0.0, 0, ""]
+        inv = inv.reshape(-1)
+        # the edges' totals, newest times and last ops
+        total = np.array([x[MODELLED] for x in infos])
+        np.add.at(total, inv, v)
+        newest_t = np.zeros(len(keys), np.int64)
+        np.maximum.at(newest_t, inv, t1)
+        last = np.zeros(len(keys), np.int64)
+        np.maximum.at(last, inv, np.arange(hi - lo))
+        ops, sig = ends.ops, ends.sig[lo:hi]
+        for x, tot, t, k in zip(infos, total.tolist(), newest_t.tolist(), sig[last].tolist()):
+            x[MODELLED] = tot
+            if t > x[LAST_T]:
+                x[LAST_T] = t
+            x[LAST_OP] = ops[k]
+        # the newest bucket's cells
+        bucket = flows.buckets.get(flows.newest)
+        if bucket is None:
+            bucket = flows.buckets[flows.newest] = {}
+        cells = [bucket.get(k) for k in keys]
+        for i in np.argsort(first, kind="stable").tolist():
+            if cells[i] is None:
+                cells[i] = bucket[keys[i]] = [0.0, 0.0]
+        part = np.array([c[MODELLED] for c in cells])
+        np.add.at(part, inv, v)
+        for c, x in zip(cells, part.tolist()):
+            c[MODELLED] = x
+        # throughput's open bucket: ops and bytes sent per rank, bytes received per rank
+        _acc_add(tp._ops, rank, np.ones(hi - lo))
+        _acc_add(tp._tx, rank, v)
+        _acc_add(tp._rx, dst, v)
+        return True
 
     def op_end(self, rank: int, op: str, nbytes: int, t0: int, t1: int, *, failed: bool = False,
                peer: int = -1, root: int = -1, members: list[int] | None = None, arrived: int = 0) -> None:

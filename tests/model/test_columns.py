@@ -156,6 +156,7 @@ def small_batches(monkeypatch):
     """Batches small enough that a short trace exercises the splits and the edges."""
     monkeypatch.setattr(columns, "MIN_BATCH", 64)
     monkeypatch.setattr(columns, "MAX_BATCH", 2048)
+    monkeypatch.setattr(flows_mod, "RUN_MIN", 2)  # flows' runs in columns too
     # and a window of recent ops short enough to overflow (the audit's is 8,192)
     monkeypatch.setattr(columns, "WINDOWS", 16)
     monkeypatch.setattr(audit.Windows.__init__, "__defaults__", (16,))

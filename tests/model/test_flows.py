@@ -178,3 +178,81 @@ def test_throughput_series_per_rank_and_total():
     one = tp.series(now, 8, rank=2)
     assert one["gbps"][-2] == pytest.approx(0.012) and one["rx_gbps"][-2] == pytest.approx(0.012)
     assert tp.series(now, 4, rank=99)["gbps"] == [0.0] * 4
+
+
+def _traffic_state(t: fl.Traffic) -> tuple:
+    f, tp = t.flows, t.throughput
+    open_bucket = (tp.newest, list(tp._ops.items()), list(tp._tx.items()), list(tp._rx.items()))
+    tp.flush()
+    rings = [(k, list(r.stamp), list(r.tx), list(r.rx), list(r.ops)) for k, r in [("all", tp.total), *tp.ranks.items()]]
+    return (list(f.edges.items()), sorted((e, list(b.items())) for e, b in f.buckets.items()), f.newest, f.evicted,
+            open_bucket, rings)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("max_edges", [24, 1000])
+def test_ring_ends_in_columns_leave_what_op_end_leaves(seed, max_edges, monkeypatch):
+    """`Traffic.ring_ends` (the batch path's flows) against one `op_end` per end, in
+    the same order: runs in one bucket, transfers over two, late ends, other
+    patterns, zero bytes, slow calls between; an edge table that overflows, or one
+    that keeps every edge in the order it first carried bytes."""
+    import random
+
+    import numpy as np
+
+    monkeypatch.setattr(fl, "MAX_EDGES", max_edges)
+    monkeypatch.setattr(fl, "RUN_MIN", 3)
+    rng = random.Random(seed)
+    groups = [list(range(8)), [6, 2, 9, 4], list(range(10, 40))]
+    sigs = [("all_reduce", -1, 0), ("all_gather_into_tensor", -1, 1), ("broadcast", 2, 1), ("barrier", -1, 0),
+            ("all_reduce", -1, 2), ("reduce_scatter_tensor", -1, 2)]
+    rows, slow, t = [], [], T0
+    for pos in range(1500):
+        if rng.random() < 0.03:
+            a, b = rng.sample(range(40), 2)
+            slow.append((pos, (a, "send", 4096, t, t + MS), dict(failed=False, peer=b)))
+            continue
+        t += rng.choice([0, 1000, 50_000, 3 * MS])
+        g = rng.randrange(len(sigs))
+        op, root, gi = sigs[g]
+        members = groups[gi]
+        rank = rng.choice(members)
+        nbytes = rng.choice([0, 1 << 20, 3000])
+        t1 = t - rng.choice([0, 0, 0, 300 * MS])  # now and then a late one, from an older bucket
+        t0 = t1 - rng.choice([1000, 2 * MS, 400 * MS])  # now and then over two buckets
+        arrived = t0 + rng.choice([0, 500, 10 * MS])
+        rows.append((pos, rank, nbytes, t0, t1, arrived, g))
+    want = fl.Traffic()
+    j = 0
+    for pos, rank, nbytes, t0, t1, arrived, g in rows:
+        while j < len(slow) and slow[j][0] < pos:
+            want.op_end(*slow[j][1], **slow[j][2])
+            j += 1
+        op, root, gi = sigs[g]
+        want.op_end(rank, op, nbytes, t0, t1, failed=False, root=root, members=groups[gi], arrived=arrived)
+    for _, args, kw in slow[j:]:
+        want.op_end(*args, **kw)
+
+    # the columns the batch path hands over: a ring end's next member, bytes, start
+    dst, v, start = [], [], []
+    for pos, rank, nbytes, t0, t1, arrived, g in rows:
+        op, root, gi = sigs[g]
+        m = groups[gi]
+        n = len(m)
+        pat = fl.PATTERNS[op]
+        ring = pat in (fl.RING_2, fl.RING_1) and nbytes > 0
+        dst.append(m[(m.index(rank) + 1) % n] if ring else -1)
+        v.append((2.0 * (n - 1) / n if pat == fl.RING_2 else (n - 1) / n) * nbytes if ring else 0.0)
+        start.append(arrived if t0 < arrived < t1 else t0)
+    col = lambda i: np.array([r[i] for r in rows], np.int64)  # noqa: E731
+    ends = fl.RingEnds(col(0), col(1), col(2), col(3), col(4), col(5), np.array(dst, np.int64), np.array(v),
+                       np.array(start, np.int64), col(6), [s[0] for s in sigs], [s[1] for s in sigs],
+                       [groups[s[2]] for s in sigs])
+    got = fl.Traffic()
+    runs = []
+    real = got._ring_run
+    monkeypatch.setattr(got, "_ring_run", lambda e, lo, hi: runs.append(hi - lo) or real(e, lo, hi))
+    got.ring_ends(ends, slow)
+    assert _traffic_state(got) == _traffic_state(want)
+    assert (want.flows.evicted > 0) == (max_edges < 100)
+    assert len(runs) > 5  # runs went in columns
