@@ -295,11 +295,11 @@ def _plan(model: Model, c: Chunk):
     inst = _instances(x, sigs)
     if inst is None:
         return None
+    ok = _fast_mask(model, x, sigs, inst, m.start_ok)
+    if not ok.any():  # nothing to gain (under a flood of dropped frames, no instance is whole): no halves either
+        return None
     if _would_sweep(model, x, sigs, r, m):
         return "split" if len(c) >= 2 * MIN_BATCH else None
-    ok = _fast_mask(model, x, sigs, inst, m.start_ok)
-    if not ok.any():
-        return None
     return _build_plan(c, x, sigs, r, m, inst, ok)
 
 
