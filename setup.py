@@ -4,7 +4,8 @@ reading, slower: commviz/transport/reader.py) and the probe's per-op wrapper for
 the common case (commviz/probe/_fastwrap.c; without it the Python wrapper in
 commviz/probe/patch.py does everything, slower), and msgpack for the crash ring's slots and
 the wire's frames (commviz/_fastpack.c; without it trace/ring.py's Python writers
-and msgspec, slower)."""
+and msgspec, slower), and a batch's columns read from its events
+(commviz/model/_fastcols.c; without it model/columns.py reads them, slower)."""
 
 from setuptools import Extension, setup
 
@@ -12,4 +13,5 @@ setup(ext_modules=[
     Extension("commviz.transport._fastrecv", ["commviz/transport/_fastrecv.c"], optional=True),
     Extension("commviz.probe._fastwrap", ["commviz/probe/_fastwrap.c"], optional=True),
     Extension("commviz._fastpack", ["commviz/_fastpack.c"], optional=True),
+    Extension("commviz.model._fastcols", ["commviz/model/_fastcols.c"], optional=True),
 ])

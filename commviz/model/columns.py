@@ -58,8 +58,28 @@ ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
 
 _id, _t, _seq = attrgetter("id"), attrgetter("t"), attrgetter("seq")
-_sig = attrgetter("op", "group", "bytes", "dtype", "root", "reduce_op")
-_tail = attrgetter("error", "bytes", "device_ns", "captured")
+_SIG = ("op", "group", "bytes", "dtype", "root", "reduce_op")
+_TAIL = ("error", "bytes", "device_ns", "captured")
+_sig, _tail = attrgetter(*_SIG), attrgetter(*_TAIL)
+
+
+def _bind_c():
+    """model/_fastcols.c, handed the event types and where their fields lie; None
+    where it is not built, or the types are not laid out as it reads them."""
+    try:
+        from commviz.model import _fastcols as c
+    except ImportError:
+        return None
+    try:
+        c.bind(OpStart, OpEnd, tuple(k for k, v in _KIND.items() if v == QUIET),
+               tuple(OpStart.__dict__[f] for f in ("id", "t", "seq", *_SIG)),
+               tuple(OpEnd.__dict__[f] for f in ("id", "t", *_TAIL)))
+    except (TypeError, KeyError):
+        return None
+    return c
+
+
+_fastcols = _bind_c()
 
 
 def _pick(events: Sequence, idx: np.ndarray) -> tuple:
@@ -112,27 +132,7 @@ class Chunk:
 
     def __init__(self, store: Sequence, ranks: np.ndarray, at: np.ndarray | None = None) -> None:
         m = len(store)
-        kind = np.fromiter(map(_KIND.get, map(type, store), repeat(OTHER)), np.int8, m)
-        sp = np.flatnonzero(kind == START)
-        ep = np.flatnonzero(kind == END)
-        starts = _pick(store, sp)
-        ends = _pick(store, ep)
-        ident = np.full(m, -1, np.int64)
-        t = np.zeros(m, np.int64)
-        seq = np.full(m, -1, np.int64)
-        sig = np.full(m, -1, np.int64)
-        tail = np.full(m, -1, np.int64)
-        sigs: list = []
-        tails: list = []
-        if starts:
-            ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
-            t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
-            seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
-            sig[sp], sigs = _interned(list(map(_sig, starts)))
-        if ends:
-            ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
-            t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
-            tail[ep], tails = _interned(list(map(_tail, ends)))
+        kind, ident, t, seq, sig, tail, sigs, tails = _read_c(store) or _read(store)
         if at is None:
             at = np.arange(m, dtype=np.int64)
         else:
@@ -154,6 +154,51 @@ class Chunk:
         for f in ("at", "kind", "id", "t", "seq", "sig", "tail", "rank"):
             setattr(c, f, getattr(self, f)[lo:hi])
         return c
+
+
+def _read(store: Sequence) -> tuple:
+    """What a Chunk reads of each event, in store order: kind, id and t (starts and
+    ends), seq and signature code (starts), tail code (ends); and the two tables."""
+    m = len(store)
+    kind = np.fromiter(map(_KIND.get, map(type, store), repeat(OTHER)), np.int8, m)
+    sp = np.flatnonzero(kind == START)
+    ep = np.flatnonzero(kind == END)
+    starts = _pick(store, sp)
+    ends = _pick(store, ep)
+    ident = np.full(m, -1, np.int64)
+    t = np.zeros(m, np.int64)
+    seq = np.full(m, -1, np.int64)
+    sig = np.full(m, -1, np.int64)
+    tail = np.full(m, -1, np.int64)
+    sigs: list = []
+    tails: list = []
+    if starts:
+        ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
+        t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
+        seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
+        sig[sp], sigs = _interned(list(map(_sig, starts)))
+    if ends:
+        ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
+        t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
+        tail[ep], tails = _interned(list(map(_tail, ends)))
+    return kind, ident, t, seq, sig, tail, sigs, tails
+
+
+def _read_c(store: Sequence) -> tuple | None:
+    """`_read` in one pass in C (model/_fastcols.c); None where it is not built or
+    declines (then `_read` does it, and raises what it raises)."""
+    if _fastcols is None or not isinstance(store, (list, tuple)):
+        return None
+    m = len(store)
+    cols = (np.full(m, OTHER, np.int8), np.full(m, -1, np.int64), np.zeros(m, np.int64), np.full(m, -1, np.int64),
+            np.full(m, -1, np.int64), np.full(m, -1, np.int64))
+    sigs: list = []
+    tails: list = []
+    try:
+        _fastcols.fill(store, *cols, {}, sigs, {}, tails)
+    except Exception:  # an int past 64 bits, an empty slot: the Python reader says what is wrong
+        return None
+    return (*cols, sigs, tails)
 
 
 def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:

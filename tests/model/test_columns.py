@@ -226,3 +226,21 @@ def test_shedding_in_batches_counts_what_it_sheds():
     _feed_in_batches(many, trace, random.Random(3))
     assert _state(many) == _state(one)
     assert many.shed_ops == one.shed_ops > 0
+
+
+def test_columns_read_in_c_are_the_columns_read_in_python():
+    """model/_fastcols.c reads a batch's fields by slot; it must read what the Python
+    reader does, and decline (leaving it to Python) what it cannot hold."""
+    assert columns._fastcols is not None  # not built: this fails, it is not skipped
+    store = [ev for _, ev in _trace(3)]
+    store += [OpStart(7, 8, "send", "0", 0, 16, peer=1), OpEnd(7, 9, error="boom", bytes=3, device_ns=5),
+              Counters(1, dropped=2), Sample(1, {"cpu": 0.5}), Mark(1, "m"), Goodbye(5)]
+    for s in (store, tuple(store)):
+        got, want = columns._read_c(s), columns._read(s)
+        for a, b in zip(got[:6], want[:6]):
+            assert a.dtype == b.dtype and a.tolist() == b.tolist()
+        assert got[6:] == want[6:]
+    bad = store[:10] + [OpStart(1, 2**70, "all_reduce", "0", 1, 4)]  # no int64 holds its time
+    assert columns._read_c(bad) is None
+    with pytest.raises(OverflowError):
+        columns._read(bad)
