@@ -97,24 +97,37 @@ class Windows:
     def extend(self, groups: list[str], t0s: list[int], t1s: list[int], pushed: int | None = None) -> None:
         """`add` for each, in order, at once; `pushed`: the newest start of those left
         out before these (they would have pushed older ones out)."""
-        if pushed is not None and pushed > self.dropped_before:
-            self.dropped_before = pushed
-        if not t0s:
-            return
         ids = self._ids
         for name in set(groups).difference(ids):
             ids[name] = len(self._names)
             self._names.append(name)
-        gs = list(map(ids.__getitem__, groups))
+        self._append(array("q", t0s), array("q", t1s), array("i", map(ids.__getitem__, groups)), pushed)
+
+    def extend_columns(self, names: list[str], codes: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
+                       pushed: int | None = None) -> None:
+        """`extend` from a batch's columns as they are: group `names[codes[i]]`."""
+        ids = self._ids
+        for name in set(names).difference(ids):
+            ids[name] = len(self._names)
+            self._names.append(name)
+        gs = np.array([ids[n] for n in names], np.int32)[codes]
+        self._append(array("q", t0s.astype(np.int64).tobytes()), array("q", t1s.astype(np.int64).tobytes()),
+                     array("i", gs.tobytes()), pushed)
+
+    def _append(self, t0s: array, t1s: array, gs: array, pushed: int | None) -> None:
+        if pushed is not None and pushed > self.dropped_before:
+            self.dropped_before = pushed
+        if not t0s:
+            return
         if len(self._t0) + len(t0s) <= self.maxlen:  # not full yet: the ring has not turned
-            self._t0.extend(t0s)
-            self._t1.extend(t1s)
-            self._g.extend(gs)
+            self._t0 += t0s
+            self._t1 += t1s
+            self._g += gs
             return
         t0, t1, g = self._ordered()
-        t0 += array("q", t0s)
-        t1 += array("q", t1s)
-        g += array("i", gs)
+        t0 += t0s
+        t1 += t1s
+        g += gs
         over = len(t0) - self.maxlen
         newest_out = max(t0[:over])
         if newest_out > self.dropped_before:

@@ -759,7 +759,9 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
     slow_by: dict[int, list] = {}
     for e in d.ends:  # (pos, rank, group, start t, end t, op, end wall, OpStart), in order
         slow_by.setdefault(e[1], []).append(e)
-    group_of = np.array([k[1] for k in p.sig_list] + [""], dtype=object)
+    code_of: dict[str, int] = {}  # group -> its code in `names`
+    sig_code = np.array([code_of.setdefault(k[1], len(code_of)) for k in p.sig_list], np.int64)
+    names = list(code_of)
     order = np.lexsort((p.e_pos, p.ri))
     ri_o = p.ri[order]
     bounds = np.flatnonzero(np.r_[True, ri_o[1:] != ri_o[:-1], True]).tolist()
@@ -768,21 +770,23 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
         r = p.states[i]
         cut = max(a, b - WINDOWS)  # only the newest WINDOWS can stay in the window
         idx = order[cut:b]
-        items = list(zip(group_of[p.sig[idx]].tolist(), p.s_t[idx].tolist(), p.e_t[idx].tolist()))
         pushed = int(p.s_t[order[a:cut]].max()) if cut > a else None
         k = int(order[b - 1])
         last_pos = int(p.e_pos[k])
         last = None
         extra = slow_by.pop(int(p.ur[i]), None)
-        if extra:
-            pos = p.e_pos[idx]
-            at = np.searchsorted(pos, [e[0] for e in extra]).tolist()
-            for j in range(len(extra) - 1, -1, -1):  # from the back, so earlier indices hold
-                e = extra[j]
-                items.insert(at[j], (e[2], e[3], e[4]))
+        codes, t0s, t1s = sig_code[p.sig[idx]], p.s_t[idx], p.e_t[idx]
+        if extra:  # the rank's slow ends go in among its fast ones, by position
+            xcodes = [code_of.setdefault(e[2], len(code_of)) for e in extra]
+            if len(code_of) > len(names):
+                names = list(code_of)
+            o = np.argsort(np.concatenate([p.e_pos[idx], np.array([e[0] for e in extra], np.int64)]), kind="stable")
+            codes = np.concatenate([codes, np.array(xcodes, np.int64)])[o]
+            t0s = np.concatenate([t0s, np.array([e[3] for e in extra], np.int64)])[o]
+            t1s = np.concatenate([t1s, np.array([e[4] for e in extra], np.int64)])[o]
             if extra[-1][0] > last_pos:
                 last = extra[-1]
-        r.windows.extend(*(zip(*items) if items else ((), (), ())), pushed)
+        r.windows.extend_columns(names, codes, t0s, t1s, pushed)
         if last is not None:
             r.last_op, r.last_op_end, r.last_start = last[5], last[6], last[7]
         else:

@@ -244,3 +244,30 @@ def test_columns_read_in_c_are_the_columns_read_in_python():
     assert columns._read_c(bad) is None
     with pytest.raises(OverflowError):
         columns._read(bad)
+
+
+def test_a_slow_end_keeps_its_group_among_fast_ends_of_another(monkeypatch):
+    """A rank's window entry keeps its group when its end goes the slow way and no
+    start of the batch names that group, among fast ops of several signatures that
+    share one group."""
+    head = []
+    for r in range(2):
+        head += [(r, Hello(r, r, 2, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18)),
+                 (r, GroupDef("0", [0, 1], "gloo")), (r, GroupDef("x", [0, 1], "gloo"))]
+    first = head + [(0, OpStart(0, 10, "all_reduce", "x", 0, 64))]
+    second = []
+    for i in range(1, 200):
+        for r in range(2):
+            op_id = i - r  # rank 0's id 0 is the op of group x
+            second += [(r, OpStart(op_id, 1000 * i + r, "all_reduce", "0", i - 1, 64 << (i % 2))),
+                       (r, OpEnd(op_id, 1000 * i + 900))]
+    second.insert(len(second) - 6, (0, OpEnd(0, 20)))  # among the newest, so it stays in the window
+    one, many = Model(), Model()
+    for r, ev in first + second:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    for part in (first, second):
+        many.ingest_many([r for r, _ in part], [ev for _, ev in part])
+    assert sum(taken) > 700  # the fast path ran
+    assert _state(many) == _state(one)
+    assert ("x", 10, 20) in many.ranks[0].windows.ended
