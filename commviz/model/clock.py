@@ -378,16 +378,18 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
     t, i, n, r = (np.concatenate(p) for p in (t_parts, i_parts, n_parts, r_parts))
     order = np.lexsort((n, i, t))
     cut = len(t) if limit == float("inf") else int(np.searchsorted(t[order], limit, "left"))
-    keep = np.sort(order[cut:])
+    # Which go (in store order, as they were read and lie in memory: the chunk reads
+    # them so) and which stay, by marks rather than sorts: both are index sets.
+    emitted = np.zeros(len(t), bool)
+    emitted[order[:cut]] = True
+    keep = np.flatnonzero(~emitted)
     buf.keep_t, buf.keep_i, buf.keep_n, buf.keep_r = t[keep], i[keep], n[keep], r[keep]
     buf.keep_ev = _take(evs, keep)
     if not cut:
         return None
-    # The chunk reads its events in store order (as they were read, as they lie in
-    # memory) and ingests them in the merged order.
     emit = order[:cut]
-    sel = np.sort(emit)
-    out = Chunk(_take(evs, sel), r[sel], np.searchsorted(sel, emit))
+    sel = np.flatnonzero(emitted)
+    out = Chunk(_take(evs, sel), r[sel], (np.cumsum(emitted) - 1)[emit])
     out.times = t[emit]
     return out
 
