@@ -376,7 +376,7 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
         evs = evs + list(sev)
     buf.clear()
     t, i, n, r = (np.concatenate(p) for p in (t_parts, i_parts, n_parts, r_parts))
-    order = np.lexsort((n, i, t))
+    order = _merged_order(t, i, n)
     cut = len(t) if limit == float("inf") else int(np.searchsorted(t[order], limit, "left"))
     # Which go (in store order, as they were read and lie in memory: the chunk reads
     # them so) and which stay, by marks rather than sorts: both are index sets.
@@ -392,6 +392,19 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
     out = Chunk(_take(evs, sel), r[sel], (np.cumsum(emitted) - 1)[emit])
     out.times = t[emit]
     return out
+
+
+def _merged_order(t: np.ndarray, i: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """`np.lexsort((n, i, t))`, the (time, input, index) order. Each input's events
+    nearly always lie in index order already (kept ones first, then frames as read):
+    then two stable sorts, by input (a radix sort of 16-bit keys) and by time, give
+    the same order at half the cost; checked, not assumed."""
+    if len(t) > 1 and 0 <= i.min() and i.max() < 1 << 15:
+        by_input = np.argsort(i.astype(np.int16), kind="stable")
+        ib, nb = i[by_input], n[by_input]
+        if ((ib[1:] != ib[:-1]) | (nb[1:] > nb[:-1])).all():
+            return by_input[np.argsort(t[by_input], kind="stable")]
+    return np.lexsort((n, i, t))
 
 
 def _take(items: list, order: np.ndarray) -> list:

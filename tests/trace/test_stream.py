@@ -175,3 +175,22 @@ def test_a_frame_broken_past_its_head_does_not_hold_the_rest_back(tmp_path):
     sizes = [len(c) for c in s.chunk_merge(chunk=256)]
     assert len(sizes) > 10 and max(sizes) < 600  # handed on as it goes, not all at the end
     assert s.info.bad_frames == 1
+
+
+def test_the_merge_sorts_as_lexsort_does_with_ties_and_inputs_out_of_index_order():
+    """The merge's two stable sorts (`clock._merged_order`) against lexsort's (time,
+    input, index), where an input's events come out of index order too."""
+    import numpy as np
+
+    from commviz.model.clock import _merged_order
+
+    rng = np.random.default_rng(2)
+    for _ in range(500):
+        m, k = int(rng.integers(1, 300)), int(rng.integers(1, 6))
+        i = rng.integers(0, k, m)
+        t = rng.integers(0, rng.integers(1, 50), m)  # many ties
+        n = np.zeros(m, np.int64)
+        for q in range(k):
+            sel = np.flatnonzero(i == q)
+            n[sel] = np.arange(len(sel)) if rng.random() < 0.8 else rng.permutation(len(sel))
+        assert _merged_order(t, i, n).tolist() == np.lexsort((n, i, t)).tolist()
