@@ -71,6 +71,7 @@ class LiveFeed:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self._queue: list[Batch] = []  # frames not yet in the model, in arrival order
         self._carry: tuple[list[int], list] = ([], [])  # (ranks, events) a drain left for the next
+        self._carried_at = 0.0  # monotonic time the newest carry was left
         self._queued = 0  # events in them
         self._queued_at = 0.0  # monotonic time the oldest arrived
         self._qlock = threading.Lock()
@@ -141,14 +142,21 @@ class LiveFeed:
         else:
             done = self.model.ingest_many(ranks, events, settle=not force)
         self._carry = (ranks[done:], events[done:])
+        if done < len(events):
+            self._carried_at = time.monotonic()
         with self._qlock:
             self._queued += len(events) - done
         self.model.shed = self.overload.update(time.time_ns(), self.model.last_t)
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):
-            if self._queue or self._carry[1]:
+            if self._queue:
                 with self.view_lock:  # drains what has waited DRAIN_S
+                    pass
+            elif self._carry[1] and time.monotonic() - self._carried_at >= DRAIN_S:
+                # Nothing more is coming (a frozen job, a hung one): what a drain held
+                # back for the next batch goes in whole, often the very op that hangs.
+                with self.lock:
                     pass
 
     def _on_error(self, peer: str, message: str) -> None:

@@ -45,3 +45,41 @@ def test_queued_frames_reach_the_model_as_if_ingested_one_by_one(tmp_path, monke
         assert not feed.model.shed
     finally:
         feed.close()
+
+
+def test_what_a_drain_held_back_goes_in_once_nothing_more_comes(tmp_path):
+    """A drain keeps the newest events past its settle point for the next batch; when
+    no frame follows (a frozen or hung job), they must still reach the model — often
+    they are the op that hangs."""
+    from commviz.events import BASE_SCHEMA, GroupDef, Hello, OpEnd, OpStart
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock").start()
+    try:
+        n, steps = 8, 3000
+        mono, wall = time.monotonic_ns(), time.time_ns()
+        for r in range(n):
+            feed._on_batch(Batch(BASE_SCHEMA, r, [Hello(r, r, n, "x", 1, "gloo", "cpu", "b", "b", "b", mono, wall),
+                                                  GroupDef("0", list(range(n)), "gloo")]), b"")
+        feed.drain()
+        t = time.monotonic_ns()
+        for r in range(n):
+            evs = []
+            for k in range(steps):
+                evs += [OpStart(k, t + r + 1000 * k, "all_reduce", "0", k, 1 << 20),
+                        OpEnd(k, t + 200_000 + r + 1000 * k)]
+            feed._on_batch(Batch(BASE_SCHEMA, r, evs), b"")
+        # rank 0 enters a collective nobody joins; then silence
+        feed._on_batch(Batch(BASE_SCHEMA, 0, [OpStart(steps, t + 1000 * steps, "all_reduce", "0", steps, 64)]), b"")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with feed.view_lock:  # never forces: only the feed's own drainer may put it in
+                if feed.model.ranks[0].inflight:
+                    break
+            time.sleep(0.05)
+        with feed.view_lock:
+            assert feed.model.events == 2 * n + 2 * n * steps + 1
+            assert len(feed.model.ranks[0].inflight) == 1
+    finally:
+        feed.close()

@@ -812,7 +812,7 @@ def _arrivals(p: _Plan) -> np.ndarray:
     run = np.maximum.accumulate(finv[o] * nv + vr.reshape(-1)[o])
     span = int(max(p.s_pos.max(), p.e_pos.max())) + 1
     at = np.searchsorted(finv[o] * span + p.s_pos[o], finv * span + p.e_pos) - 1  # its own start, or later
-    return vals[run[at] - finv * nv]
+    return np.maximum(vals[run[at] - finv * nv], 0)  # as `Instance.last_arrival`, which starts at 0
 
 
 def _ring_next(p: _Plan, order: np.ndarray, ranks: np.ndarray, nbytes: np.ndarray) -> tuple:
