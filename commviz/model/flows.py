@@ -60,6 +60,7 @@ NOTHING = ""
 
 
 RUN_MIN = 64  # a shorter run of ring ends is cheaper through op_end
+RUN_WINDOW = 16384  # ends looked at ahead for runs at a time
 
 
 class RingEnds(NamedTuple):
@@ -331,17 +332,20 @@ class Traffic:
         slow_at = np.searchsorted(ends.pos, np.fromiter((x[0] for x in slow), np.int64, len(slow)))
         j, ns = 0, len(slow)
         state = None
-        i = 0
+        i = hi = 0
         while i < n or j < ns:
             while j < ns and (i >= n or slow_at[j] <= i):
                 op_end(*slow[j][1], **slow[j][2])
                 j += 1
             if i >= n:
                 continue
-            if state != (flows.newest, tp.newest):
+            if state != (flows.newest, tp.newest) or i >= hi:
+                # The ends that cannot go in a run, over a window ahead: a chunk that
+                # spans many buckets costs a window per bucket, not the whole chunk.
                 state = (flows.newest, tp.newest)
-                odd = np.flatnonzero(~(ring & (e == flows.newest) & (e == tp.newest)))
-            stop = min(int(odd[k]) if (k := np.searchsorted(odd, i)) < len(odd) else n,
+                lo, hi = i, min(n, i + RUN_WINDOW)
+                odd = lo + np.flatnonzero(~(ring[lo:hi] & (e[lo:hi] == flows.newest) & (e[lo:hi] == tp.newest)))
+            stop = min(int(odd[k]) if (k := np.searchsorted(odd, i)) < len(odd) else hi,
                        int(slow_at[j]) if j < ns else n)
             if stop > i and self._ring_run(ends, i, stop):
                 i = stop
