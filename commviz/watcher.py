@@ -124,6 +124,10 @@ class LiveFeed:
         are half-way stay for the next batch (`columns.settle_point`), so most
         collectives reach the model whole."""
         with self._qlock:
+            if not self._queue and self._carry[1] and time.monotonic() - self._carried_at >= DRAIN_S:
+                # Nothing more has come (a frozen job, a hung one): what a drain held
+                # back for the next batch goes in whole, often the very op that hangs.
+                force = True
             if not (self._queue or force and self._carry[1]):
                 return
             if not (force or time.monotonic() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
@@ -150,13 +154,8 @@ class LiveFeed:
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):
-            if self._queue:
+            if self._queue or self._carry[1]:
                 with self.view_lock:  # drains what has waited DRAIN_S
-                    pass
-            elif self._carry[1] and time.monotonic() - self._carried_at >= DRAIN_S:
-                # Nothing more is coming (a frozen job, a hung one): what a drain held
-                # back for the next batch goes in whole, often the very op that hangs.
-                with self.lock:
                     pass
 
     def _on_error(self, peer: str, message: str) -> None:

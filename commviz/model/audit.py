@@ -97,22 +97,24 @@ class Windows:
     def extend(self, groups: list[str], t0s: list[int], t1s: list[int], pushed: int | None = None) -> None:
         """`add` for each, in order, at once; `pushed`: the newest start of those left
         out before these (they would have pushed older ones out)."""
-        ids = self._ids
-        for name in set(groups).difference(ids):
-            ids[name] = len(self._names)
-            self._names.append(name)
+        ids = self._named(groups)
         self._append(array("q", t0s), array("q", t1s), array("i", map(ids.__getitem__, groups)), pushed)
 
     def extend_columns(self, names: list[str], codes: np.ndarray, t0s: np.ndarray, t1s: np.ndarray,
                        pushed: int | None = None) -> None:
         """`extend` from a batch's columns as they are: group `names[codes[i]]`."""
-        ids = self._ids
-        for name in set(names).difference(ids):
-            ids[name] = len(self._names)
-            self._names.append(name)
+        ids = self._named(names)
         gs = np.array([ids[n] for n in names], np.int32)[codes]
         self._append(array("q", t0s.astype(np.int64).tobytes()), array("q", t1s.astype(np.int64).tobytes()),
                      array("i", gs.tobytes()), pushed)
+
+    def _named(self, groups: list[str]) -> dict[str, int]:
+        """Group name -> index, with any of `groups` not seen before added."""
+        ids = self._ids
+        for name in set(groups).difference(ids):
+            ids[name] = len(self._names)
+            self._names.append(name)
+        return ids
 
     def _append(self, t0s: array, t1s: array, gs: array, pushed: int | None) -> None:
         if pushed is not None and pushed > self.dropped_before:

@@ -156,6 +156,13 @@ class Chunk:
         return c
 
 
+def _blank(m: int) -> tuple:
+    """id, t, seq, sig and tail columns for `m` events, as an event that has none of
+    the field leaves them."""
+    return (np.full(m, -1, np.int64), np.zeros(m, np.int64), np.full(m, -1, np.int64), np.full(m, -1, np.int64),
+            np.full(m, -1, np.int64))
+
+
 def _read(store: Sequence) -> tuple:
     """What a Chunk reads of each event, in store order: kind, id and t (starts and
     ends), seq and signature code (starts), tail code (ends); and the two tables."""
@@ -165,11 +172,7 @@ def _read(store: Sequence) -> tuple:
     ep = np.flatnonzero(kind == END)
     starts = _pick(store, sp)
     ends = _pick(store, ep)
-    ident = np.full(m, -1, np.int64)
-    t = np.zeros(m, np.int64)
-    seq = np.full(m, -1, np.int64)
-    sig = np.full(m, -1, np.int64)
-    tail = np.full(m, -1, np.int64)
+    ident, t, seq, sig, tail = _blank(m)
     sigs: list = []
     tails: list = []
     if starts:
@@ -190,8 +193,7 @@ def _read_c(store: Sequence) -> tuple | None:
     if _fastcols is None or not isinstance(store, (list, tuple)):
         return None
     m = len(store)
-    cols = (np.full(m, OTHER, np.int8), np.full(m, -1, np.int64), np.zeros(m, np.int64), np.full(m, -1, np.int64),
-            np.full(m, -1, np.int64), np.full(m, -1, np.int64))
+    cols = (np.full(m, OTHER, np.int8), *_blank(m))
     sigs: list = []
     tails: list = []
     try:
@@ -815,14 +817,13 @@ def _arrivals(p: _Plan) -> np.ndarray:
     return np.maximum(vals[run[at] - finv * nv], 0)  # as `Instance.last_arrival`, which starts at 0
 
 
-def _ring_next(p: _Plan, order: np.ndarray, ranks: np.ndarray, nbytes: np.ndarray) -> tuple:
-    """Per fast end (in `order`): whom a ring collective's rank sends to and how many
+def _ring_next(p: _Plan, sig: np.ndarray, ranks: np.ndarray, nbytes: np.ndarray) -> tuple:
+    """Per fast end (its signature code `sig`, rank and bytes): whom a ring collective's rank sends to and how many
     bytes, as `Traffic.op_end` works them out (`flows.RING_2`, `RING_1`: the next
     member in group order, 2(n-1)/n·S or (n-1)/n·S); dst -1 where it is not a ring
     end that moves bytes."""
-    dst = np.full(len(order), -1, np.int64)
-    v = np.zeros(len(order))
-    sig = p.sig[order]
+    dst = np.full(len(sig), -1, np.int64)
+    v = np.zeros(len(sig))
     for k, key in enumerate(p.sig_list):
         pat = flows_mod.PATTERNS.get(key[0], flows_mod.NOTHING)
         members = p.members[p.sig_group[k]]
@@ -846,8 +847,9 @@ def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
     ranks, nbytes = p.ur[p.ri[order]], p.nbytes[order]
     t0, t1, arr = p.s_wall[order], p.e_wall[order], arrived[order]
     start = np.where((t0 < arr) & (arr < t1), arr, t0)  # a transfer starts at the last arrival
-    dst, v = _ring_next(p, order, ranks, nbytes)
-    ends = flows_mod.RingEnds(p.e_pos[order], ranks, nbytes, t0, t1, arr, dst, v, start, p.sig[order],
+    sig = p.sig[order]
+    dst, v = _ring_next(p, sig, ranks, nbytes)
+    ends = flows_mod.RingEnds(p.e_pos[order], ranks, nbytes, t0, t1, arr, dst, v, start, sig,
                               [k[0] for k in p.sig_list], [k[4] for k in p.sig_list],
                               [p.members[g] for g in p.sig_group.tolist()])
     model.traffic.ring_ends(ends, d.traffic)

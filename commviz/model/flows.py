@@ -368,7 +368,8 @@ class Traffic:
         ukey, first, inv = np.unique((rank << 32) | dst, return_index=True, return_inverse=True)
         keys = [(k >> 32, k & 0xFFFFFFFF) for k in ukey.tolist()]
         infos = [edges.get(k) for k in keys]
-        new = [i for i in np.argsort(first, kind="stable").tolist() if infos[i] is None]  # in order of first credit
+        by_first = np.argsort(first, kind="stable").tolist()  # the keys in the order of their first credit
+        new = [i for i in by_first if infos[i] is None]
         if len(edges) + len(new) > MAX_EDGES:
             return False
         for i in new:
@@ -392,7 +393,7 @@ class Traffic:
         if bucket is None:
             bucket = flows.buckets[flows.newest] = {}
         cells = [bucket.get(k) for k in keys]
-        for i in np.argsort(first, kind="stable").tolist():
+        for i in by_first:
             if cells[i] is None:
                 cells[i] = bucket[keys[i]] = [0.0, 0.0]
         part = np.array([c[MODELLED] for c in cells])
