@@ -388,6 +388,119 @@ static PyTypeObject SlotWriterType = {
 
 /* ---- frames */
 
+/* ---- folded ops: a blocking op's start with its end's time as one more item
+   (probe/_fastwrap.c), written as the two events it stands for. events.py sets the
+   fold from its own records (set_fold): the end's head bytes (array length and tag),
+   then its id and time are packed, then its tail bytes (error, bytes, peer). */
+
+static PyObject *fold_tag; /* what a folded record holds first, compared by identity; NULL: no fold */
+static Py_ssize_t fold_len, fold_id; /* a start's items and where its id is */
+static char fold_start[64], fold_head[64], fold_tail[64];
+static Py_ssize_t fold_start_n, fold_head_n, fold_tail_n;
+
+INLINE int is_folded(PyObject *ev) {
+    return fold_tag != NULL && PyList_CheckExact(ev) && PyList_GET_SIZE(ev) == fold_len + 1 &&
+           PyList_GET_ITEM(ev, 0) == fold_tag;
+}
+
+/* a folded op's two events; FOREIGN where its id or time is not an int of 64 bits */
+static int pack_folded(Out *o, PyObject *ev) {
+    PyObject **items = PySequence_Fast_ITEMS(ev), *id = items[fold_id], *t = items[fold_len];
+    if (!PyLong_CheckExact(id) || !PyLong_CheckExact(t)) return FOREIGN;
+    int r = reserve(o, (size_t)fold_start_n);
+    if (r != OK) return r;
+    memcpy(o->p, fold_start, (size_t)fold_start_n); /* the start's array head and tag */
+    o->p += fold_start_n;
+    for (Py_ssize_t i = 1; i < fold_len && r == OK; i++) r = pack_value(o, items[i], 0);
+    if (r != OK) return r;
+    if ((r = reserve(o, (size_t)(fold_head_n + 18 + fold_tail_n))) != OK) return r;
+    memcpy(o->p, fold_head, (size_t)fold_head_n);
+    o->p += fold_head_n;
+    if ((r = w_int(o, id)) != OK) return r;
+    if ((r = w_int(o, t)) != OK) return r;
+    memcpy(o->p, fold_tail, (size_t)fold_tail_n);
+    o->p += fold_tail_n;
+    return OK;
+}
+
+static Py_ssize_t events_of(PyObject *events) {
+    Py_ssize_t n = PyList_GET_SIZE(events);
+    if (fold_tag != NULL)
+        for (Py_ssize_t i = 0, k = n; i < k; i++) n += is_folded(PyList_GET_ITEM(events, i));
+    return n;
+}
+
+/* set_fold(tag, start_head, end_head, end_tail, start_len, id_at): a list of
+   start_len + 1 items whose first is tag is a folded op, written as start_head (the
+   start's array head and tag), its items after the tag, then end_head, its id and
+   its last item (the end's time), end_tail. set_fold(None, b"", b"", b"", 0, 0):
+   nothing is folded. */
+static PyObject *set_fold(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyBytes_Check(args[1]) || !PyBytes_Check(args[2]) || !PyBytes_Check(args[3]))
+        return PyErr_Format(PyExc_TypeError, "set_fold(tag, start_head, end_head, end_tail, start_len, id_at)");
+    Py_ssize_t sn = PyBytes_GET_SIZE(args[1]), hn = PyBytes_GET_SIZE(args[2]), tn = PyBytes_GET_SIZE(args[3]);
+    Py_ssize_t len = PyLong_AsSsize_t(args[4]), at = PyLong_AsSsize_t(args[5]);
+    if ((len == -1 || at == -1) && PyErr_Occurred()) return NULL;
+    if (sn > (Py_ssize_t)sizeof fold_start || hn > (Py_ssize_t)sizeof fold_head || tn > (Py_ssize_t)sizeof fold_tail ||
+        (args[0] != Py_None && (len < 2 || at < 1 || at >= len)))
+        return PyErr_Format(PyExc_ValueError, "a fold that does not fit");
+    Py_CLEAR(fold_tag);
+    if (args[0] == Py_None) Py_RETURN_NONE;
+    memcpy(fold_start, PyBytes_AS_STRING(args[1]), (size_t)sn);
+    memcpy(fold_head, PyBytes_AS_STRING(args[2]), (size_t)hn);
+    memcpy(fold_tail, PyBytes_AS_STRING(args[3]), (size_t)tn);
+    fold_start_n = sn;
+    fold_head_n = hn;
+    fold_tail_n = tn;
+    fold_id = at;
+    fold_len = len;
+    Py_INCREF(args[0]);
+    fold_tag = args[0];
+    Py_RETURN_NONE;
+}
+
+/* events_in(records) -> the events they stand for (a folded op is two) */
+static PyObject *events_in(PyObject *mod, PyObject *events) {
+    if (!PyList_CheckExact(events)) return PyErr_Format(PyExc_TypeError, "events_in(list)");
+    return PyLong_FromSsize_t(events_of(events));
+}
+
+/* cuts(records, most) -> [end, ...]: the ends of runs of records, in order, that
+   stand for at most `most` events each (a folded op is two, never cut apart) */
+static PyObject *cuts(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0])) return PyErr_Format(PyExc_TypeError, "cuts(records, most)");
+    Py_ssize_t most = PyLong_AsSsize_t(args[1]);
+    if (most == -1 && PyErr_Occurred()) return NULL;
+    if (most < 2) return PyErr_Format(PyExc_ValueError, "most must be 2 or more");
+    PyObject *events = args[0], *out = PyList_New(0);
+    if (out == NULL) return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(events), in_run = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t k = 1 + is_folded(PyList_GET_ITEM(events, i));
+        if (in_run + k > most) {
+            PyObject *end = PyLong_FromSsize_t(i);
+            if (end == NULL || PyList_Append(out, end) < 0) {
+                Py_XDECREF(end);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(end);
+            in_run = 0;
+        }
+        in_run += k;
+    }
+    if (n > 0) {
+        PyObject *end = PyLong_FromSsize_t(n);
+        if (end == NULL || PyList_Append(out, end) < 0) {
+            Py_XDECREF(end);
+            Py_DECREF(out);
+            return NULL;
+        }
+        Py_DECREF(end);
+    }
+    return out;
+}
+
 /* encode_batch(schema, rank, events, encode_one) -> bytes: what msgspec writes for
    Batch(schema, rank, events); an event that is not a record of plain values is
    encode_one(event)'s bytes (msgspec's, which also raises for what it cannot encode).
@@ -407,13 +520,18 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
         PyMem_Free(o.start);
         Py_RETURN_NOTIMPLEMENTED;
     }
-    if (r == OK) r = pack_len(&o, PyList_GET_SIZE(events));
+    if (r == OK) r = pack_len(&o, events_of(events));
     if (r != OK) goto fail;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(events); i++) {
         PyObject *ev = PyList_GET_ITEM(events, i);
         size_t at = o.p - o.start;
         r = FOREIGN;
-        if (PyTuple_CheckExact(ev))
+        if (is_folded(ev)) {
+            if ((r = pack_folded(&o, ev)) == FOREIGN) { /* two events from one record: Python unfolds it */
+                PyMem_Free(o.start);
+                Py_RETURN_NOTIMPLEMENTED;
+            }
+        } else if (PyTuple_CheckExact(ev))
             r = pack_items(&o, &PyTuple_GET_ITEM(ev, 0), PyTuple_GET_SIZE(ev), 0, -1);
         else if (PyList_CheckExact(ev))
             r = pack_items(&o, PySequence_Fast_ITEMS(ev), PyList_GET_SIZE(ev), 0, -1);
@@ -448,6 +566,9 @@ fail:
 
 static PyMethodDef module_methods[] = {
     {"encode_batch", (PyCFunction)(void (*)(void))encode_batch, METH_FASTCALL, "a frame, as msgspec encodes a Batch"},
+    {"set_fold", (PyCFunction)(void (*)(void))set_fold, METH_FASTCALL, "how a folded op's end is written"},
+    {"events_in", (PyCFunction)events_in, METH_O, "the events a list of records stands for"},
+    {"cuts", (PyCFunction)(void (*)(void))cuts, METH_FASTCALL, "where to cut records into runs of at most N events"},
     {NULL},
 };
 

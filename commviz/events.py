@@ -261,13 +261,82 @@ def _msgspec_batch(schema: int, rank: int, events: list, _encode_one=None) -> by
     return _encoder.encode(Batch(schema, rank, events))
 
 
+class _Folded:
+    """The first item of a folded op's record (below); compared by identity."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FOLDED"
+
+
+# A blocking op's start with its end folded in (probe/_fastwrap.c, where FOLDS): the
+# start's list of START_LEN items with FOLDED in place of START, and the end's time
+# after them. It stands for the start and its end_record(id, time): the frame
+# encoder writes the two events, events_in() counts both, cuts() keeps them in
+# one frame.
+FOLDED = _Folded()
+START_LEN = len(start_record(0, 0, "", "", 0, 0))
+FOLDS = False
+
+
+def is_folded(ev) -> bool:
+    return type(ev) is list and len(ev) == START_LEN + 1 and ev[0] is FOLDED
+
+
+def unfold(events: list) -> list:
+    """`events` with each folded op as its two records."""
+    out = []
+    for ev in events:
+        if is_folded(ev):
+            out.append([START, *ev[1:START_LEN]])
+            out.append(end_record(ev[S_ID], ev[START_LEN]))
+        else:
+            out.append(ev)
+    return out
+
+
+def events_in(events: list) -> int:
+    return len(events)
+
+
+def cuts(events: list, most: int) -> list[int]:
+    """Where to cut `events` into runs that stand for at most `most` events."""
+    return list(range(most, len(events), most)) + ([len(events)] if events else [])
+
+
+def _fold(c_encode, set_fold) -> bool:
+    """Folding on where the C encoder writes folded ops as msgspec writes their two
+    records; off (nothing is folded) where not."""
+    end = end_record(0, 0)
+    if (E_ID, E_T) != (1, 2) or len(end) >= 16 or START_LEN >= 16 or not 0 < S_ID < START_LEN:
+        return False
+    enc = _encoder.encode
+    set_fold(FOLDED, bytes([0x90 | START_LEN]) + enc(START), bytes([0x90 | len(end)]) + enc(END),
+             b"".join(enc(v) for v in end[E_T + 1 :]), START_LEN, S_ID)
+    folded = [FOLDED, 2**40, 2**62, "all_reduce", "0", 300, 70_000, "bfloat16", (8, 1024), -40, -1, True, "SUM",
+              2**62 + 5]
+    sample = [folded, end_record(7, 8), [*folded[:START_LEN], -(2**40)], GroupDef("g", [0, 1], "gloo"),
+              [START, *folded[1:START_LEN]], [FOLDED, 1, 2, "é", "", 0, 0, "", [], -1, -1, False, "", 1],
+              [*folded[:START_LEN], True]]  # a batched start's flag, not a time: not folded
+    try:
+        ok = (c_encode(3, 70_000, sample[:-1], enc) == _msgspec_batch(3, 70_000, unfold(sample[:-1]))
+              and c_encode(3, 70_000, sample[-1:], enc) is NotImplemented)
+    except Exception:
+        ok = False
+    if not ok:
+        set_fold(None, b"", b"", b"", 0, 0)
+    return ok
+
+
 def _c_batch_encoder():
     """commviz/_fastpack.c's frame encoder (the probe's records packed without Python
     per value) where it is built and writes, for a frame of every kind of record, the
     bytes msgspec writes; else msgspec's. msgspec encodes what it hands back (a
     frame whose head is not a list and two 64-bit ints)."""
+    global FOLDS, events_in, cuts
     try:
-        from commviz._fastpack import encode_batch as c_encode
+        from commviz._fastpack import cuts as c_cuts, encode_batch as c_encode, events_in as c_events_in, set_fold
     except ImportError:
         return _msgspec_batch
     sample = [start_record(2**40, 2**62, "all_reduce", "0", 300, 70_000, "bfloat16", (8, 1024), peer=-40,
@@ -278,10 +347,13 @@ def _c_batch_encoder():
             return _msgspec_batch
     except Exception:
         return _msgspec_batch
+    FOLDS = _fold(c_encode, set_fold)
+    if FOLDS:
+        events_in, cuts = c_events_in, c_cuts
 
     def encode(schema: int, rank: int, events: list, encode_one) -> bytes:
         out = c_encode(schema, rank, events, encode_one)
-        return _msgspec_batch(schema, rank, events) if out is NotImplemented else out
+        return _msgspec_batch(schema, rank, unfold(events)) if out is NotImplemented else out
 
     return encode
 
@@ -310,9 +382,9 @@ def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int
     sender's MAX_BATCH), so the first encoding is nearly always the only one."""
     payload = encode_batch(rank, events, schema)
     if len(payload) <= limit:
-        yield payload, len(events)
+        yield payload, events_in(events)
     elif len(events) == 1:
-        yield None, 1
+        yield None, events_in(events)
     else:
         n = min(len(events) // 2, max(1, len(events) * limit * 9 // (10 * len(payload))))
         for i in range(0, len(events), n):

@@ -149,6 +149,55 @@ def test_frames_are_the_bytes_msgspec_writes_whatever_the_records_hold(records, 
     assert encode_batch(rank, evs, schema) == events._msgspec_batch(schema, rank, evs)
 
 
+def folded_op(values):
+    """A folded op's record (events.py) with these start values and the last as its
+    end's time."""
+    from commviz.events import FOLDED, START_LEN
+
+    return [FOLDED, *values[: START_LEN - 1], values[-1]]
+
+
+an_int = st.integers(-(2**63), 2**64 - 1)
+# [id, 11 more start values, the end's time]
+folded_ops = st.tuples(an_int, st.lists(record_value, min_size=11, max_size=11), an_int).map(
+    lambda v: folded_op([v[0], *v[1], v[2]]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.lists(record_value, max_size=20), folded_ops), max_size=40),
+       st.integers(0, 2**20), st.integers(2, 9))
+def test_a_folded_op_is_written_as_its_start_and_end_and_counted_twice(records, rank, most):
+    """A blocking op's end folded into its start (probe/_fastwrap.c) is, on the wire,
+    the two events msgspec would write for the start and its end; it counts as two
+    events, and frames are cut to at most `most` events without parting the two."""
+    from commviz import events
+
+    assert events.FOLDS, "commviz/_fastpack.c was not built, or does not write folded ops as msgspec would"
+    assert encode_batch(rank, records) == events._msgspec_batch(1, rank, events.unfold(records))
+    n = len(events.unfold(records))
+    assert events.events_in(records) == n
+    ends = events.cuts(records, most)
+    assert ends == sorted(ends) and (ends[-1] == len(records) if records else ends == [])
+    lo = 0
+    for hi in ends:
+        assert 0 < events.events_in(records[lo:hi]) <= most
+        lo = hi
+
+
+def test_a_record_like_a_folded_op_but_not_one_is_written_as_it_is():
+    """Only FOLDED, compared by identity, marks a folded op: a 14-item list ending in
+    an int, or one whose first item is a string of its repr, is a record like any
+    other."""
+    from commviz import events
+
+    like = [["start", *range(12), 5], [str(events.FOLDED), *range(12), 5]]
+    assert events.events_in(like) == 2
+    assert encode_batch(0, like) == events._msgspec_batch(1, 0, like)
+    # a folded op whose end's time is not an int: msgspec writes the unfolded pair
+    odd = [folded_op([*range(12), True])]
+    assert encode_batch(0, odd) == events._msgspec_batch(1, 0, events.unfold(odd))
+
+
 def test_a_record_the_packer_does_not_take_is_encoded_by_msgspec_and_its_errors_kept():
     from commviz import events
 

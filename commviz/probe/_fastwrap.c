@@ -42,8 +42,14 @@ typedef struct {
     PyCFunction append_c; /* the queue's append and length, called directly (see fw_new) */
     lenfunc len_c;
     uint64_t st_tid;
+    /* probe.started, .ring_start, .ring_end, .default_group and torch.cuda._initialized
+       as last read (borrowed: their dicts hold them), and those dicts' version tags
+       then; see fresh() */
+    PyObject *v_started, *v_ring, *v_ring_end, *v_default_group, *v_cuda_init;
+    uint64_t probe_ver, cuda_ver;
+    int probe_read, cuda_read;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
-    int p2p, always_async;
+    int p2p, always_async, seq_dir, fold;
     unsigned long long fast_calls, slow_calls, nested_calls;
 } FastWrapper;
 
@@ -53,6 +59,14 @@ static PyObject *s_s, *s_started, *s_ring_start, *s_initialized, *s_default_grou
 
 #define DEPTH 0
 #define COALESCED 3
+#define START_LEN 13 /* a start record's items (events.py); a folded one has its end's time after them */
+
+/* drain() calls so far: a start still queued when the count is what it was at its
+   push has not been drained, so its end may be folded into it (see fw_vectorcall) */
+static unsigned long long drains;
+/* the tag a folded op's record carries instead of START (events.FOLDED, compared by
+   identity: no record from elsewhere can hold it); NULL: no folding */
+static PyObject *fold_tag;
 
 static PyObject *mono_ns(void) {
     struct timespec ts;
@@ -90,7 +104,7 @@ static int count_dropped(FastWrapper *self) {
     return r;
 }
 
-/* append rec if len(queue) < cap, else count it dropped; 0 or -1 */
+/* append rec if len(queue) < cap (1), else count it dropped (0); -1 on error */
 static int push(FastWrapper *self, PyObject *rec) {
     Py_ssize_t n = self->len_c != NULL ? self->len_c(self->queue) : PyObject_Size(self->queue);
     if (n < 0) return -1;
@@ -98,7 +112,7 @@ static int push(FastWrapper *self, PyObject *rec) {
         PyObject *r = self->append_c != NULL ? self->append_c(self->queue, rec) : PyObject_CallOneArg(self->append, rec);
         if (r == NULL) return -1;
         Py_DECREF(r);
-        return 0;
+        return 1;
     }
     return count_dropped(self);
 }
@@ -111,6 +125,43 @@ static void set_depth(PyObject *st, PyObject *v) {
         PyList_SET_ITEM(st, DEPTH, v);
         Py_DECREF(old);
     }
+}
+
+/* 1 if dict d is as it was when its version tag was *ver. On 3.11 every change to a
+   dict gives it a new tag (PEP 509), so the five attributes read from two dicts on
+   every call (~450 instructions of lookups) are read again only when one changed;
+   elsewhere (3.12 deprecated the tag) they are always read again. */
+static inline int fresh(PyObject *d, uint64_t ver, int read) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    return read && ((PyDictObject *)d)->ma_version_tag == ver;
+#else
+    (void)d, (void)ver, (void)read;
+    return 0;
+#endif
+}
+
+static inline uint64_t version_of(PyObject *d) {
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
+    return ((PyDictObject *)d)->ma_version_tag;
+#else
+    (void)d;
+    return 0;
+#endif
+}
+
+/* the probe's four attributes from its dict, borrowed; 0, or -1 with an error set
+   (a missing one is NULL, not an error: the call goes to Python as before) */
+static int read_probe(FastWrapper *self) {
+    PyObject *d = self->probe_dict;
+    self->probe_read = 0;
+    uint64_t ver = version_of(d);
+    if ((self->v_started = PyDict_GetItemWithError(d, s_started)) == NULL && PyErr_Occurred()) return -1;
+    if ((self->v_ring = PyDict_GetItemWithError(d, s_ring_start)) == NULL && PyErr_Occurred()) return -1;
+    if ((self->v_ring_end = PyDict_GetItemWithError(d, s_ring_end)) == NULL && PyErr_Occurred()) return -1;
+    if ((self->v_default_group = PyDict_GetItemWithError(d, s_default_group)) == NULL && PyErr_Occurred()) return -1;
+    self->probe_ver = ver;
+    self->probe_read = 1;
+    return 0;
 }
 
 /* 1: true, 0: false, -1: not one we read without running user code */
@@ -168,10 +219,17 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     int is_async, going_up = 0;
     /* probe.started, probe.ring_start, torch.cuda._initialized: plain attributes
        (fw_new checked no descriptor of those names), read from the objects' dicts */
-    if (PyDict_GetItemWithError(self->probe_dict, s_started) != Py_True) goto slow_clear;
-    ring_b = PyDict_GetItemWithError(self->probe_dict, s_ring_start); /* borrowed */
-    if (ring_b == NULL) goto slow_clear;
-    if (PyDict_GetItemWithError(self->cuda_dict, s_initialized) != Py_False) goto slow_clear;
+    if (!fresh(self->probe_dict, self->probe_ver, self->probe_read) && read_probe(self) < 0) goto slow_clear;
+    if (self->v_started != Py_True) goto slow;
+    ring_b = self->v_ring; /* borrowed */
+    if (ring_b == NULL) goto slow;
+    if (!fresh(self->cuda_dict, self->cuda_ver, self->cuda_read)) {
+        self->cuda_read = 0;
+        self->cuda_ver = version_of(self->cuda_dict);
+        if ((self->v_cuda_init = PyDict_GetItemWithError(self->cuda_dict, s_initialized)) == NULL) goto slow_clear;
+        self->cuda_read = 1;
+    }
+    if (self->v_cuda_init != Py_False) goto slow;
     if (self->bi >= n) goto slow;
     PyObject *x = args[self->bi];
     if (Py_TYPE(x) != (PyTypeObject *)self->tensor_type) goto slow;
@@ -192,10 +250,10 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (n > self->ri && args[self->ri] != self->red_default) goto slow;
     if (group == Py_None) {
-        g = PyDict_GetItemWithError(self->probe_dict, s_default_group); /* borrowed */
+        g = self->v_default_group; /* borrowed */
         if (g == NULL || g == Py_None) {
             g = NULL;
-            goto slow_clear;
+            goto slow;
         }
         Py_INCREF(g);
         if (Py_TYPE(g) != (PyTypeObject *)self->group_type) goto slow;
@@ -231,30 +289,26 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     /* ---- the record: from here a failure runs the call unrecorded */
     PyObject *seq = NULL, *op_id = NULL, *t0 = NULL, *start = NULL, *result;
     if (self->p2p) {
-        PyObject *seqs = slot_get(g, self->off_p2p_seq, s_p2p_seq);
-        if (seqs == NULL) goto unprobed;
-        PyObject *key = PyTuple_Pack(2, self->seq_key, peer);
-        if (key == NULL) {
-            Py_DECREF(seqs);
-            goto unprobed;
-        }
+        PyObject *pair = slot_get(g, self->off_p2p_seq, s_p2p_seq); /* (send's, recv's): peer -> next seq */
+        if (pair == NULL) goto unprobed;
         int ok = -1;
-        if (PyDict_CheckExact(seqs)) {
-            seq = PyDict_GetItemWithError(seqs, key);
+        PyObject *seqs = PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2 ? PyTuple_GET_ITEM(pair, self->seq_dir)
+                                                                                 : NULL;
+        if (seqs != NULL && PyDict_CheckExact(seqs)) {
+            seq = PyDict_GetItemWithError(seqs, peer);
             if (seq != NULL || !PyErr_Occurred()) {
                 seq = seq != NULL ? seq : i_0;
                 Py_INCREF(seq);
                 PyObject *s1 = PyNumber_Add(seq, i_1);
                 if (s1 != NULL) {
-                    ok = PyDict_SetItem(seqs, key, s1);
+                    ok = PyDict_SetItem(seqs, peer, s1);
                     Py_DECREF(s1);
                 }
             }
         } else {
-            PyErr_SetString(PyExc_TypeError, "p2p_seq is not a dict");
+            PyErr_SetString(PyExc_TypeError, "p2p_seq is not a pair of dicts");
         }
-        Py_DECREF(key);
-        Py_DECREF(seqs);
+        Py_DECREF(pair);
         if (ok < 0) goto unprobed;
     } else {
         seq = slot_get(g, self->off_seq, s_seq);
@@ -272,21 +326,23 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (t0 == NULL) goto unprobed;
     PyObject *gid = slot_get(g, self->off_gid, s_gid);
     if (gid == NULL) goto unprobed;
-    start = ring != NULL ? PyTuple_New(13) : PyList_New(13);
+    /* a deferred start has room for its end's time (no resize to fold it in) */
+    start = ring != NULL ? PyTuple_New(START_LEN) : PyList_New(START_LEN + 1);
     if (start == NULL) {
         Py_DECREF(gid);
         goto unprobed;
     }
+    if (ring == NULL) Py_SET_SIZE(start, START_LEN);
     /* deferred: [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red];
        for the ring: (START, op_id, t, name, gid, seq, nbytes, dtype, shape, peer, -1, is_async, red) */
-    PyObject *items[13] = {self->start_c, op_id, t0, self->name, gid, seq, x, s_empty, s_empty_tuple, peer,
+    PyObject *items[START_LEN] = {self->start_c, op_id, t0, self->name, gid, seq, x, s_empty, s_empty_tuple, peer,
                            i_minus1, is_async ? Py_True : Py_False, self->red_default_name};
     if (ring != NULL) {
         items[6] = nbytes;
         items[7] = dtname;
         items[8] = shape;
     }
-    for (int i = 0; i < 13; i++) {
+    for (int i = 0; i < START_LEN; i++) {
         if (i != 4) Py_INCREF(items[i]); /* gid: its reference moves in */
         if (ring != NULL)
             PyTuple_SET_ITEM(start, i, items[i]);
@@ -297,7 +353,9 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
        thousands of them wait a flush interval in the queue: left tracked, every young
        collection would walk them and promote them on towards the costly old ones. */
     PyObject_GC_UnTrack(start);
-    if (push(self, start) < 0) goto unprobed;
+    int queued = push(self, start);
+    if (queued < 0) goto unprobed;
+    unsigned long long drains0 = drains;
     if (ring != NULL) {
         PyObject *ring_args[2] = {op_id, start};
         PyObject *r = PyObject_Vectorcall(ring, ring_args, 2, NULL);
@@ -345,13 +403,31 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         goto done;
     }
     if (result == Py_None && PyList_GET_SIZE(st) > COALESCED && PyList_GET_ITEM(st, COALESCED) == Py_None) {
-        PyObject *t1 = mono_ns();
-        PyObject *end = t1 == NULL ? NULL : PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1);
-        if (end != NULL) PyObject_GC_UnTrack(end); /* plain values only */
-        if (end == NULL || push(self, end) < 0) {
+        PyObject *t1 = mono_ns(), *end = NULL;
+        /* Folded: a start no drain has taken yet gets its end's time as one more item,
+           and the frame's encoder writes both events from it (commviz/_fastpack.c):
+           no end record is made, queued, popped and freed. */
+        int folded = 0;
+        if (t1 != NULL && self->fold && ring == NULL && queued > 0 && drains == drains0 &&
+            PyList_GET_SIZE(start) == START_LEN) {
+            folded = PyList_Append(start, t1) == 0; /* room was made for it */
+            if (folded) {
+                Py_INCREF(fold_tag);
+                Py_SETREF(((PyListObject *)start)->ob_item[0], fold_tag); /* START is held elsewhere: no code runs */
+            } else {
+                PyErr_Clear();
+            }
+        }
+        if (!folded && t1 != NULL && (end = PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1)) != NULL)
+            PyObject_GC_UnTrack(end); /* plain values only */
+        if (folded) {
+            /* nothing to queue */
+        } else if (end == NULL || push(self, end) < 0) {
             Py_CLEAR(result);
         } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
-            PyObject *ring_end = PyDict_GetItemWithError(self->probe_dict, s_ring_end);
+            /* read again: the call ran Python (torch's), which may have changed it */
+            if (!fresh(self->probe_dict, self->probe_ver, self->probe_read) && read_probe(self) < 0) PyErr_Clear();
+            PyObject *ring_end = self->probe_read ? self->v_ring_end : NULL;
             Py_XINCREF(ring_end);
             PyObject *end_args[2] = {op_id, t1};
             PyObject *r = ring_end == NULL ? NULL : PyObject_Vectorcall(ring_end, end_args, 2, NULL);
@@ -502,17 +578,18 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     static char *kwlist[] = {"orig", "slow", "probe", "tls", "name", "queue", "cap", "ids", "groups", "health",
                              "p2p", "always_async", "seq_key", "bi", "gi", "ai", "ri", "pi", "red_default",
                              "red_default_name", "START", "END", "cuda", "Tensor", "failed", "complete",
-                             "unprobed", "GroupInfo", "dtypes", NULL};
+                             "unprobed", "GroupInfo", "dtypes", "fold", NULL};
     PyObject *orig, *slow, *probe, *tls, *name, *queue, *ids, *groups, *health, *seq_key, *red_default,
         *red_default_name, *start_c, *end_c, *cuda, *tensor_type, *failed, *complete, *unprobed, *group_type,
         *dtypes;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
     int p2p, always_async;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOOO!O!:FastWrapper", kwlist, &orig, &slow,
+    PyObject *fold = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOUOnOO!OppOnnnnnOUOOOO!OOOO!O!|O:FastWrapper", kwlist, &orig, &slow,
                                      &probe, &tls, &name, &queue, &cap, &ids, &PyDict_Type, &groups, &health, &p2p,
                                      &always_async, &seq_key, &bi, &gi, &ai, &ri, &pi, &red_default,
                                      &red_default_name, &start_c, &end_c, &cuda, &PyType_Type, &tensor_type, &failed,
-                                     &complete, &unprobed, &PyType_Type, &group_type, &PyDict_Type, &dtypes))
+                                     &complete, &unprobed, &PyType_Type, &group_type, &PyDict_Type, &dtypes, &fold))
         return NULL;
     /* The attributes read from dicts must be plain ones: no descriptor of that name
        on the type (a property would be skipped), and the dicts exist. */
@@ -532,6 +609,11 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
             ((PyMemberDescrObject *)d)->d_common.d_type != (PyTypeObject *)group_type)
             return PyErr_Format(PyExc_TypeError, "GroupInfo.%U is not a slot", slot_names[i]);
         offs[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    int seq_dir = PyLong_CheckExact(seq_key) ? (int)PyLong_AsLong(seq_key) : -1;
+    if (seq_dir != 0 && seq_dir != 1) {
+        PyErr_Clear();
+        return PyErr_Format(PyExc_ValueError, "seq_key is 0 (send) or 1 (recv)");
     }
     if (((PyTypeObject *)group_type)->tp_setattro != PyObject_GenericSetAttr)
         return PyErr_Format(PyExc_TypeError, "GroupInfo sets attributes its own way");
@@ -585,6 +667,14 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
     self->pi = pi;
     self->p2p = p2p;
     self->always_async = always_async;
+    self->seq_dir = seq_dir;
+    if (fold != Py_None) { /* one tag for the process: the drain knows it */
+        if (fold_tag == NULL) {
+            Py_INCREF(fold);
+            fold_tag = fold;
+        }
+        self->fold = fold == fold_tag;
+    }
     return (PyObject *)self;
 }
 
@@ -685,9 +775,11 @@ static int take_start(PyObject *recs, Py_ssize_t i, PyObject *rec, PyObject *op_
  * per tensor per batch (the cache holds each tensor while it runs, so an address
  * stands for one tensor), and goes in flight; a start tuple goes in flight; any other
  * tuple is an end and leaves it. A start followed by its own end (a blocking op)
- * is not put in flight to be taken out again. Every other record is
+ * is not put in flight to be taken out again, nor is a start with its end folded
+ * in (a list one item longer, the end's time last). Every other record is
  * returned, in order, for Python to look at. */
 static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+    drains++; /* from here no start popped for this drain gets its end folded in */
     Py_ssize_t ix[5];
     if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyTuple_CheckExact(args[5]) ||
         PyTuple_GET_SIZE(args[5]) != 5)
@@ -735,7 +827,10 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
                 Py_INCREF(v);
                 ok = PyList_SetItem(rec, ix[f], v) == 0;
             }
-            int took = ok ? take_start(recs, i, rec, PyList_GET_ITEM(rec, ix[0]), inflight, start_c, end_c, ix[4]) : -1;
+            int took = !ok ? -1
+                       : PyList_GET_SIZE(rec) == START_LEN + 1 && PyList_GET_ITEM(rec, 0) == fold_tag
+                           ? 0 /* folded: its end is in it, nothing in flight */
+                       : take_start(recs, i, rec, PyList_GET_ITEM(rec, ix[0]), inflight, start_c, end_c, ix[4]);
             if (took > 0) i++;
             Py_XDECREF(hit);
             Py_DECREF(rec);

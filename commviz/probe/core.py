@@ -51,7 +51,9 @@ class GroupInfo:
         self.ranks = ranks
         self.size = len(ranks)
         self.seq = 0
-        self.p2p_seq: dict[tuple[int, int], int] = {}
+        # per direction (0 send, 1 recv), peer -> next seq: an int key hashes and
+        # compares in a few instructions, a (direction, peer) tuple in a few hundred
+        self.p2p_seq: tuple[dict[int, int], dict[int, int]] = ({}, {})
         self.backend = backend
 
 
@@ -359,9 +361,9 @@ class Probe:
 
     def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
         if direction:
-            key = (0 if direction == "send" else 1, peer)
-            seq = g.p2p_seq.get(key, 0)
-            g.p2p_seq[key] = seq + 1
+            seqs = g.p2p_seq[0 if direction == "send" else 1]
+            seq = seqs.get(peer, 0)
+            seqs[peer] = seq + 1
             return seq
         seq = g.seq
         g.seq = seq + 1

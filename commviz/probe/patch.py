@@ -29,6 +29,7 @@ import time
 
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
+from commviz import events
 from commviz.events import END, S_T, START, end_record
 from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, GroupInfo, Rec, thread_state
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
@@ -188,7 +189,7 @@ def _c_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe, slow):
     return _CFastWrapper(orig, slow, probe, probe.tls, name, probe.queue, probe.cfg.queue_cap, probe.ids,
                          probe.groups, probe.health, p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default,
                          red_default_name, START, END, torch.cuda, torch.Tensor, _failed, complete, _unprobed,
-                         GroupInfo, _DTYPE_NAMES)
+                         GroupInfo, _DTYPE_NAMES, fold=events.FOLDED if events.FOLDS else None)
 
 
 def _nested(orig, am: ArgMap, probe):
@@ -305,9 +306,9 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             if g is not None:
                 if p2p:
                     peer = am.rooted(args, kwargs, g) if peer is None else peer
-                    key = (seq_key, peer)
-                    seq = g.p2p_seq.get(key, 0)
-                    g.p2p_seq[key] = seq + 1
+                    seqs = g.p2p_seq[seq_key]
+                    seq = seqs.get(peer, 0)
+                    seqs[peer] = seq + 1
                 else:
                     seq = g.seq
                     g.seq = seq + 1

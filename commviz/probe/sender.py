@@ -13,7 +13,7 @@ import threading
 import time
 
 from commviz.events import (BASE_SCHEMA, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
-                             START, Counters, Goodbye, GroupDef, Hello, HostTopology, encode_batch, encode_frames)
+                             START, Counters, Goodbye, GroupDef, Hello, HostTopology, cuts, encode_batch, encode_frames)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
@@ -182,14 +182,20 @@ class Sender:
         if now - self._last_counters >= COUNTERS_EVERY_S:
             self._last_counters = now
             events.append(self._counters())
-        for i in range(0, len(events), MAX_BATCH):
-            self._emit(events[i : i + MAX_BATCH])
+        self._emit_all(events)
         if self.client is not None:
             self._send_backlog()  # acks free the window; a watcher may have come up
 
     def _counters(self) -> Counters:
         h = self.health
         return Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors)
+
+    def _emit_all(self, events: list) -> None:
+        """In frames of at most MAX_BATCH events (a folded op is two, events.py)."""
+        lo = 0
+        for hi in cuts(events, MAX_BATCH):
+            self._emit(events[lo:hi])
+            lo = hi
 
     def _emit(self, events: list) -> None:
         for payload, n in encode_frames(self.rank, events, self.schema):
@@ -293,8 +299,7 @@ class Sender:
         try:
             events = self._carry + [self._counters()]
             self._carry = []
-            for i in range(0, len(events), MAX_BATCH):
-                self._emit(events[i : i + MAX_BATCH])
+            self._emit_all(events)
             if self.client is not None:
                 self._hand_over()
             # The goodbye counts what neither the watcher nor the trace got before it.

@@ -231,7 +231,8 @@ def test_same_events_as_python_when_torch_raises_and_the_exception_is_unchanged(
     assert len(events_of(probe, lambda: dist.all_reduce(t))) == 1
 
 
-def test_a_full_queue_counts_every_dropped_record_as_python_does(probe):
+def test_a_full_queue_counts_every_dropped_event_as_python_does(probe):
+    from commviz.events import events_in, unfold
     from commviz.probe.patch import _wrap
 
     def noop(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
@@ -252,14 +253,128 @@ def test_a_full_queue_counts_every_dropped_record_as_python_does(probe):
             fast, dropped = wrapped.fast_calls, probe.health.dropped
             for _ in range(50):
                 f(t)
-            assert len(probe.queue) == 10 and probe.health.dropped - dropped == 90
-            kept[f is wrapped] = [(r[0], r[3] if r[0] == "start" else None) for r in probe.queue]
+            # every event is kept or counted: Python queues two records an op, C one
+            # (a blocking op's end folded into its start, events.py)
+            queued = list(probe.queue)
+            assert len(queued) == 10 and events_in(queued) + probe.health.dropped - dropped == 100
+            kept[f is wrapped] = [(r[0], r[3] if r[0] == "start" else None) for r in unfold(queued)]
             if f is wrapped:
                 assert wrapped.fast_calls - fast == 50
     finally:
         probe.queue.clear()
         probe.shutdown()
-    assert kept[True] == kept[False]
+    assert len(kept[True]) == 20 and kept[True][:10] == kept[False]
+
+
+def test_it_sees_the_probe_and_cuda_change_between_calls(probe, monkeypatch):
+    """The C wrapper keeps what it read of the probe and of torch.cuda while their
+    dicts are unchanged (their version tags say so): a change between two calls —
+    CUDA coming up, the default group replaced, the crash ring on, the probe
+    stopped — is seen by the next call."""
+    from commviz.events import unfold
+    from commviz.probe.core import GroupInfo, _no_ring_end
+    from commviz.probe.patch import _wrap
+
+    def noop(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    wrapped = _wrap(noop, ops.CATALOGUE["all_reduce"], probe)
+    assert type(wrapped).__name__ == "FastWrapper"
+    t = torch.ones(4)
+    stop_sender_thread(probe)
+    wrapped(t)  # this thread's state, the default group
+
+    def taken():
+        fast = wrapped.fast_calls
+        wrapped(t)
+        return wrapped.fast_calls - fast == 1
+
+    assert taken() and taken()
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    assert not taken()  # CUDA up: Python's path (events on the device's clock)
+    monkeypatch.setattr(torch.cuda, "_initialized", False)
+    assert taken()
+
+    g = probe.default_group
+    other = GroupInfo(g.pg, "other", g.ranks, g.backend)
+    probe.default_group = other
+    try:
+        assert taken()
+        assert [r for r in unfold(list(probe.queue)) if r[0] == "start"][-1][4] == "other"  # the new group's
+        assert other.seq == 1
+    finally:
+        probe.default_group = g
+
+    seen = []
+    probe.ring_start = lambda op_id, start: seen.append(op_id)
+    probe.ring_end = lambda op_id, t1: seen.append(-op_id)
+    try:
+        assert taken()
+        assert len(seen) == 2 and seen[0] == -seen[1]
+    finally:
+        probe.ring_start, probe.ring_end = None, _no_ring_end
+    assert taken() and len(seen) == 2
+
+    probe.started = False
+    try:
+        assert not taken()
+    finally:
+        probe.started = True
+    probe.queue.clear()
+    probe.shutdown()
+
+
+def test_a_blocking_ops_end_is_folded_into_its_start_unless_a_drain_took_it(probe):
+    """One record per blocking op taken in C: its end's time is folded into its start
+    while no drain has taken the start (events.py, FOLDED). A start drained while the
+    op runs (an op that hangs, or a slow one) is in flight on the sender, and its end
+    comes as its own record. On the wire both are the same two events, in frames of at
+    most MAX_BATCH events."""
+    from commviz.events import END, FOLDED, START, START_LEN, unfold
+    from commviz.probe import sender as sender_mod
+    from commviz.probe.patch import _wrap
+    from commviz.trace.file import load
+
+    sender = None
+
+    def op(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        return None
+
+    def drained_while_it_runs(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        sender._drain()
+
+    quick, slow = (_wrap(f, ops.CATALOGUE["all_reduce"], probe) for f in (op, drained_while_it_runs))
+    t = torch.ones(4)
+    sender = stop_sender_thread(probe)
+    quick(t)  # this thread's state, the default group: Python
+    probe.queue.clear()
+    quick(t)
+    quick(t)
+    q = list(probe.queue)
+    assert [(r[0], len(r)) for r in q] == [(FOLDED, START_LEN + 1)] * 2
+    assert [r[0] for r in unfold(q)] == [START, END, START, END] and unfold(q)[1][1] == q[0][1]
+    assert unfold(q)[1][2] >= q[0][2]  # the end's time after the start's
+    probe.queue.clear()
+
+    slow(t)
+    q = list(probe.queue)
+    assert len(q) == 1 and q[0][0] == END and q[0][1] in sender.inflight  # its start went in flight
+    sender._drain()
+    assert not sender.inflight
+
+    probe.queue.clear()
+    probe.shutdown()
+    sender = stop_sender_thread(probe)
+    n = sender_mod.MAX_BATCH + 700
+    for _ in range(n):
+        quick(t)
+    assert len(probe.queue) == n
+    sender.flush()
+    probe.shutdown()
+    frames = [[e for e in b.events if type(e).__name__ in ("OpStart", "OpEnd")] for b in load(probe.trace_path).batches]
+    assert sum(len(f) for f in frames) == 2 * n and max(len(f) for f in frames) <= sender_mod.MAX_BATCH
+    ids = [e.id for f in frames for e in f]
+    assert ids == [i for i in ids[::2] for _ in (0, 1)]  # each start with its end, never cut apart
 
 
 def test_hang_stacks_find_a_thread_inside_a_call_taken_in_c(probe):
