@@ -72,6 +72,25 @@ INLINE int reserve(Out *o, size_t n) {
 }
 
 INLINE void w_be(uint8_t *p, uint64_t v, int width) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    switch (width) { /* one byte swap and store, not a loop of shifts */
+    case 8: {
+        uint64_t b = __builtin_bswap64(v);
+        memcpy(p, &b, 8);
+        return;
+    }
+    case 4: {
+        uint32_t b = __builtin_bswap32((uint32_t)v);
+        memcpy(p, &b, 4);
+        return;
+    }
+    case 2: {
+        uint16_t b = __builtin_bswap16((uint16_t)v);
+        memcpy(p, &b, 2);
+        return;
+    }
+    }
+#endif
     for (int i = 0; i < width; i++) p[i] = (uint8_t)(v >> (8 * (width - 1 - i)));
 }
 
@@ -164,6 +183,29 @@ INLINE int w_int(Out *o, PyObject *v) {
     return OK;
 }
 
+/* n bytes from s to p: the probe's strings (names, tags, dtypes) are short, and a
+   call to memcpy costs more than they do; two loads that may overlap cover 4 to 16
+   bytes, and neither reads outside s[0..n) */
+INLINE void copy_short(uint8_t *p, const char *s, Py_ssize_t n) {
+    if (n >= 8 && n <= 16) {
+        uint64_t a, b;
+        memcpy(&a, s, 8);
+        memcpy(&b, s + n - 8, 8);
+        memcpy(p, &a, 8);
+        memcpy(p + n - 8, &b, 8);
+    } else if (n >= 4 && n < 8) {
+        uint32_t a, b;
+        memcpy(&a, s, 4);
+        memcpy(&b, s + n - 4, 4);
+        memcpy(p, &a, 4);
+        memcpy(p + n - 4, &b, 4);
+    } else if (n < 4) {
+        for (Py_ssize_t i = 0; i < n; i++) p[i] = (uint8_t)s[i];
+    } else {
+        memcpy(p, s, (size_t)n);
+    }
+}
+
 INLINE int pack_str(Out *o, PyObject *v) {
     Py_ssize_t n;
     const char *s;
@@ -184,10 +226,7 @@ INLINE int pack_str(Out *o, PyObject *v) {
         w_tagged(o, 0xda, (uint64_t)n, 2);
     else
         w_tagged(o, 0xdb, (uint64_t)n, 4);
-    if (n <= 16) /* the probe's strings: names, tags, dtypes; a call to memcpy costs more */
-        for (Py_ssize_t i = 0; i < n; i++) o->p[i] = (uint8_t)s[i];
-    else
-        memcpy(o->p, s, (size_t)n);
+    copy_short(o->p, s, n);
     o->p += n;
     return OK;
 }

@@ -13,12 +13,13 @@
  *
  * In the common case it does what the Python code does, in the same order: the
  * sequence number, next(ids), the clock (CLOCK_MONOTONIC, as time.monotonic_ns), the
- * deferred start list (with the crash ring on: the start tuple, its bytes, dtype name
- * and shape read here, and ring_start(op_id, start) after the append; ring_end(op_id,
- * t1) after the end's), the append (or health.dropped += 1), depth 1, the call; on an
- * exception depth 0, _failed(probe, name, op_id, exc) and the same exception raised
- * again; else depth 0 and either the END tuple (a blocking op, not coalesced) or the
- * Python `complete(op_id, t0, peer, g, result)`. A C-API failure after the sequence
+ * deferred start list (with the crash ring on: its bytes, dtype name and shape read
+ * here, and ring_start(op_id, start) after the append; ring_end(op_id, t1) after the
+ * end), the append (or health.dropped += 1), depth 1, the call; on an exception depth
+ * 0, _failed(probe, name, op_id, exc) and the same exception raised again; else depth
+ * 0 and either the end (a blocking op, not coalesced: its time folded into the start
+ * while no drain has taken it, else the END tuple) or the Python
+ * `complete(op_id, t0, peer, g, result)`. A C-API failure after the sequence
  * number was taken runs the call unrecorded through Python's `_unprobed`.
  *
  * The module's `drain` is the sender thread's loop over what it popped (below).
@@ -37,6 +38,8 @@ typedef struct {
     PyObject *seq_key, *red_default, *red_default_name, *start_c, *end_c, *cuda, *tensor_type;
     PyObject *failed, *complete, *unprobed, *dtypes;
     PyObject *probe_dict, *cuda_dict, *group_type; /* read directly: see fw_new */
+    PyGetSetDef *get_nbytes, *get_dtype, *get_shape; /* torch's getters of Tensor's fields (see tensor_field) */
+    unsigned int tensor_version; /* the Tensor type's version tag when they were found */
     Py_ssize_t off_pg, off_seq, off_gid, off_p2p_seq; /* GroupInfo's slots */
     PyObject *st_cached; /* tls.s of the thread that called last (a thread's list is never replaced) */
     PyCFunction append_c; /* the queue's append and length, called directly (see fw_new) */
@@ -67,6 +70,11 @@ static unsigned long long drains;
 /* the tag a folded op's record carries instead of START (events.FOLDED, compared by
    identity: no record from elsewhere can hold it); NULL: no folding */
 static PyObject *fold_tag;
+
+/* a list that is a folded op's record */
+static inline int folded(PyObject *rec) {
+    return fold_tag != NULL && PyList_GET_SIZE(rec) == START_LEN + 1 && PyList_GET_ITEM(rec, 0) == fold_tag;
+}
 
 static PyObject *mono_ns(void) {
     struct timespec ts;
@@ -164,6 +172,17 @@ static int read_probe(FastWrapper *self) {
     return 0;
 }
 
+/* x.<name> for an exact torch.Tensor x: torch's getter called as it is, while the
+   type is as it was when the getter was found (its version tag: any change to the
+   type or its bases gives a new one), else the attribute looked up as Python does.
+   PyObject_GetAttr costs ~100 instructions more per field. */
+static inline PyObject *tensor_field(FastWrapper *self, PyObject *x, PyGetSetDef *get, PyObject *name) {
+    PyTypeObject *t = Py_TYPE(x);
+    if (get != NULL && t->tp_version_tag == self->tensor_version && PyType_HasFeature(t, Py_TPFLAGS_VALID_VERSION_TAG))
+        return get->get(x, get->closure);
+    return PyObject_GetAttr(x, name);
+}
+
 /* 1: true, 0: false, -1: not one we read without running user code */
 static int plain_truth(PyObject *o) {
     if (o == Py_True) return 1;
@@ -199,8 +218,9 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (PyList_GET_ITEM(st, DEPTH) != i_0) {
         PyObject *depth = PyList_GET_ITEM(st, DEPTH);
-        if (PyLong_CheckExact(depth) && PyObject_RichCompareBool(depth, i_0, Py_GT) == 1
-            && PyList_GET_ITEM(st, 1) == Py_False) {
+        long d = PyLong_CheckExact(depth) ? PyLong_AsLong(depth) : 0;
+        if (d == -1 && PyErr_Occurred()) PyErr_Clear(); /* past a long: Python's to say */
+        if (d > 0 && PyList_GET_ITEM(st, 1) == Py_False) {
             /* inside another wrapped call whose bytes are not its children's (send's
                isend): not an event, torch's function straight away, as Python does */
             Py_DECREF(st);
@@ -272,8 +292,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (ring_b != Py_None) { /* the ring needs the start now, as Python builds it: read before anything changes */
         ring = ring_b;
         Py_INCREF(ring); /* the writer this call began with, as in Python (shutdown may swap it) */
-        if ((nbytes = PyObject_GetAttr(x, s_nbytes)) == NULL) goto slow_clear;
-        PyObject *dt = PyObject_GetAttr(x, s_dtype);
+        if ((nbytes = tensor_field(self, x, self->get_nbytes, s_nbytes)) == NULL) goto slow_clear;
+        PyObject *dt = tensor_field(self, x, self->get_dtype, s_dtype);
         if (dt == NULL) goto slow_clear;
         dtname = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
         Py_DECREF(dt);
@@ -282,7 +302,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
             goto slow_clear; /* a dtype without a known name: Python names it */
         }
         Py_INCREF(dtname);
-        if ((shape = PyObject_GetAttr(x, s_shape)) == NULL) goto slow_clear;
+        if ((shape = tensor_field(self, x, self->get_shape, s_shape)) == NULL) goto slow_clear;
     }
     Py_INCREF(peer);
 
@@ -326,15 +346,15 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (t0 == NULL) goto unprobed;
     PyObject *gid = slot_get(g, self->off_gid, s_gid);
     if (gid == NULL) goto unprobed;
-    /* a deferred start has room for its end's time (no resize to fold it in) */
-    start = ring != NULL ? PyTuple_New(START_LEN) : PyList_New(START_LEN + 1);
+    /* a list with room for its end's time (no resize to fold it in) */
+    start = PyList_New(START_LEN + 1);
     if (start == NULL) {
         Py_DECREF(gid);
         goto unprobed;
     }
-    if (ring == NULL) Py_SET_SIZE(start, START_LEN);
-    /* deferred: [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red];
-       for the ring: (START, op_id, t, name, gid, seq, nbytes, dtype, shape, peer, -1, is_async, red) */
+    Py_SET_SIZE(start, START_LEN);
+    /* deferred: [START, op_id, t, name, gid, seq, x, "", (), peer, -1, is_async, red], the tensor's fields
+       read by the drain; for the ring, read now: [START, op_id, t, name, gid, seq, nbytes, dtype, shape, ...] */
     PyObject *items[START_LEN] = {self->start_c, op_id, t0, self->name, gid, seq, x, s_empty, s_empty_tuple, peer,
                            i_minus1, is_async ? Py_True : Py_False, self->red_default_name};
     if (ring != NULL) {
@@ -344,10 +364,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     for (int i = 0; i < START_LEN; i++) {
         if (i != 4) Py_INCREF(items[i]); /* gid: its reference moves in */
-        if (ring != NULL)
-            PyTuple_SET_ITEM(start, i, items[i]);
-        else
-            PyList_SET_ITEM(start, i, items[i]);
+        PyList_SET_ITEM(start, i, items[i]);
     }
     /* No record is part of a cycle (it holds plain values and the caller's tensor), and
        thousands of them wait a flush interval in the queue: left tracked, every young
@@ -407,22 +424,20 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         /* Folded: a start no drain has taken yet gets its end's time as one more item,
            and the frame's encoder writes both events from it (commviz/_fastpack.c):
            no end record is made, queued, popped and freed. */
-        int folded = 0;
-        if (t1 != NULL && self->fold && ring == NULL && queued > 0 && drains == drains0 &&
+        int did_fold = 0;
+        if (t1 != NULL && self->fold && queued > 0 && drains == drains0 &&
             PyList_GET_SIZE(start) == START_LEN) {
-            folded = PyList_Append(start, t1) == 0; /* room was made for it */
-            if (folded) {
+            did_fold = PyList_Append(start, t1) == 0; /* room was made for it */
+            if (did_fold) {
                 Py_INCREF(fold_tag);
                 Py_SETREF(((PyListObject *)start)->ob_item[0], fold_tag); /* START is held elsewhere: no code runs */
             } else {
                 PyErr_Clear();
             }
         }
-        if (!folded && t1 != NULL && (end = PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1)) != NULL)
+        if (!did_fold && t1 != NULL && (end = PyTuple_Pack(6, self->end_c, op_id, t1, s_empty, i_minus1, i_minus1)) != NULL)
             PyObject_GC_UnTrack(end); /* plain values only */
-        if (folded) {
-            /* nothing to queue */
-        } else if (end == NULL || push(self, end) < 0) {
+        if (!did_fold && (end == NULL || push(self, end) < 0)) {
             Py_CLEAR(result);
         } else if (ring != NULL) { /* probe.ring_end(op_id, t1): never raises (trace/ring.py) */
             /* read again: the call ran Python (torch's), which may have changed it */
@@ -659,6 +674,28 @@ static PyObject *fw_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
         self->append_c = PyCFunction_GET_FUNCTION(append);
         self->len_c = Py_TYPE(queue)->tp_as_sequence->sq_length;
     }
+    /* torch's getters, where Tensor gets attributes as any type does and each field
+       is a getset descriptor found on it (Python would call the same one); its
+       version tag taken first, so a type that changes during the lookup is not
+       trusted (tensor_field) */
+    PyTypeObject *tt = (PyTypeObject *)tensor_type;
+    if (tt->tp_getattro == PyObject_GenericGetAttr && PyType_HasFeature(tt, Py_TPFLAGS_VALID_VERSION_TAG)) {
+        unsigned int version = tt->tp_version_tag;
+        PyObject *fields[3] = {s_nbytes, s_dtype, s_shape};
+        PyGetSetDef *found[3] = {NULL, NULL, NULL};
+        for (int i = 0; i < 3; i++) {
+            PyObject *d = _PyType_Lookup(tt, fields[i]);
+            if (d != NULL && Py_IS_TYPE(d, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)d)->d_getset->get != NULL &&
+                PyType_IsSubtype(tt, ((PyDescrObject *)d)->d_type))
+                found[i] = ((PyGetSetDescrObject *)d)->d_getset;
+        }
+        if (found[0] != NULL && found[1] != NULL && found[2] != NULL && tt->tp_version_tag == version) {
+            self->get_nbytes = found[0];
+            self->get_dtype = found[1];
+            self->get_shape = found[2];
+            self->tensor_version = version;
+        }
+    }
     self->cap = cap;
     self->bi = bi;
     self->gi = gi;
@@ -773,11 +810,13 @@ static int take_start(PyObject *recs, Py_ssize_t i, PyObject *rec, PyObject *op_
  * a few hundred: a deferred start (a list, its tensor in the bytes field) gets the
  * tensor's bytes, dtype and shape from fields(x) -> (x, nbytes, dtype, shape), once
  * per tensor per batch (the cache holds each tensor while it runs, so an address
- * stands for one tensor), and goes in flight; a start tuple goes in flight; any other
+ * stands for one tensor), and goes in flight; a start tuple, or a list whose bytes
+ * are an int (read when it was made, for the crash ring), goes in flight; any other
  * tuple is an end and leaves it. A start followed by its own end (a blocking op)
- * is not put in flight to be taken out again, nor is a start with its end folded
- * in (a list one item longer, the end's time last). Every other record is
- * returned, in order, for Python to look at. */
+ * is not put in flight to be taken out again, nor is a folded op (FOLDED first, the
+ * end's time last). Every other record is returned, in order, for Python to look
+ * at. (The C wrapper alone makes folded ops and lists with the bytes read: where
+ * this is not built, neither is it.) */
 static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     drains++; /* from here no start popped for this drain gets its end folded in */
     Py_ssize_t ix[5];
@@ -796,7 +835,13 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
     if (others == NULL || tensors == NULL) goto fail;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(recs); i++) {
         PyObject *rec = PyList_GET_ITEM(recs, i);
-        if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) >= need) {
+        if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) >= need && PyLong_CheckExact(PyList_GET_ITEM(rec, ix[1]))) {
+            /* a start whose tensor was read when it was made (the crash ring's) */
+            int took = folded(rec) ? 0 : take_start(recs, i, rec, PyList_GET_ITEM(rec, ix[0]), inflight, start_c, end_c,
+                                                    ix[4]);
+            if (took < 0) goto fail;
+            i += took;
+        } else if (PyList_CheckExact(rec) && PyList_GET_SIZE(rec) >= need) {
             Py_INCREF(rec); /* fields() runs Python, which could empty the list we walk */
             PyObject *x = PyList_GET_ITEM(rec, ix[1]);
             Py_INCREF(x);
@@ -828,8 +873,7 @@ static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nar
                 ok = PyList_SetItem(rec, ix[f], v) == 0;
             }
             int took = !ok ? -1
-                       : PyList_GET_SIZE(rec) == START_LEN + 1 && PyList_GET_ITEM(rec, 0) == fold_tag
-                           ? 0 /* folded: its end is in it, nothing in flight */
+                       : folded(rec) ? 0 /* its end is in it: nothing in flight */
                        : take_start(recs, i, rec, PyList_GET_ITEM(rec, ix[0]), inflight, start_c, end_c, ix[4]);
             if (took > 0) i++;
             Py_XDECREF(hit);

@@ -109,7 +109,7 @@ def _slot_writers(m, encode):
     def start(op_id: int, record: tuple) -> None:
         payload = encode(record)
         if len(payload) > pmax:  # a huge shape: keep the rest of the start
-            payload = encode(record[:S_SHAPE] + ((),) + record[S_SHAPE + 1 :])
+            payload = encode((*record[:S_SHAPE], (), *record[S_SHAPE + 1 :]))
         n = len(payload)
         off = HEADER_SIZE + (op_id & mask) * SLOT_SIZE
         try:
