@@ -486,6 +486,26 @@ def test_with_the_crash_ring_on_calls_are_taken_in_c_with_the_same_events_and_ri
     assert sum(type(e).__name__ == "OpEnd" for e in rings[True]) >= 6  # the blocking ones, written from C
 
 
+def test_with_the_ring_on_a_tensor_field_redefined_on_tensor_is_read_as_python_reads_it(probe, ring_on,
+                                                                                       monkeypatch):
+    """The C wrapper calls torch's getters for the ring's tensor reads itself, while
+    torch.Tensor is as it was when it found them: a field redefined on the class is
+    read through the new definition, as Python would read it."""
+    t = torch.ones(16)
+    probe.ensure_started()
+    w = c_wrapper("all_reduce")
+    w(t)  # Python: this thread's state, the group
+    fast = w.fast_calls
+    w(t)
+    monkeypatch.setattr(torch.Tensor, "nbytes", property(lambda self: 12_345), raising=True)
+    w(t)
+    monkeypatch.undo()
+    w(t)
+    assert w.fast_calls - fast == 3
+    starts = [e for e in ring_on() if type(e).__name__ == "OpStart"]
+    assert [e.bytes for e in starts[-3:]] == [64, 12_345, 64]
+
+
 def test_a_failing_ring_is_the_probes_error_and_ctrl_c_in_it_goes_up_unrun(probe, ring_on):
     """Both wrappers: a ring writer that raises an Exception is counted as the probe's
     internal error and the op is recorded and run all the same; a KeyboardInterrupt
