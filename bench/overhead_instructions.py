@@ -119,8 +119,8 @@ def instructions(mode: str, op: str) -> float:
 # "-callee" and, if a callee has no sign, only that callee's; per call
 PARTS = [
     ("the C wrapper: checks, group, seq, op id, clock, records, queue", "fw_vectorcall",
-     ["-PyObject_Vectorcall", "-PyObject_GetAttr"]),  # torch's function, the ring's writers; the reads
-    ("  its tensor reads for the ring (nbytes, dtype, shape: torch's getters)", "fw_vectorcall", ["PyObject_GetAttr"]),
+     ["-PyObject_Vectorcall", "-PyObject_GetAttr", "-tensor_field"]),  # torch's function, the ring's writers; the reads
+    ("  its tensor reads for the ring (nbytes, dtype, shape: torch's getters)", "fw_vectorcall", ["tensor_field"]),
     ("  the ring's start: the slot packed and written", "sw_start", []),
     ("  the ring's end: stamped", "sw_end", []),
     ("the sender's drain (in flight, tensor fields)", "fast_drain", []),

@@ -49,6 +49,8 @@ typedef struct {
        as last read (borrowed: their dicts hold them), and those dicts' version tags
        then; see fresh() */
     PyObject *v_started, *v_ring, *v_ring_end, *v_default_group, *v_cuda_init;
+    PyObject *last_dt, *last_dtname; /* the dtype the ring named last, and its name (held) */
+    uint64_t dtypes_ver;
     uint64_t probe_ver, cuda_ver;
     int probe_read, cuda_read;
     Py_ssize_t cap, bi, gi, ai, ri, pi;
@@ -295,7 +297,18 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         if ((nbytes = tensor_field(self, x, self->get_nbytes, s_nbytes)) == NULL) goto slow_clear;
         PyObject *dt = tensor_field(self, x, self->get_dtype, s_dtype);
         if (dt == NULL) goto slow_clear;
-        dtname = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
+        if (dt == self->last_dt && fresh(self->dtypes, self->dtypes_ver, 1)) {
+            dtname = self->last_dtname; /* the dtype named last, the names unchanged since */
+        } else {
+            dtname = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
+            if (dtname != NULL) {
+                Py_INCREF(dt);
+                Py_XSETREF(self->last_dt, dt);
+                Py_INCREF(dtname);
+                Py_XSETREF(self->last_dtname, dtname);
+                self->dtypes_ver = version_of(self->dtypes);
+            }
+        }
         Py_DECREF(dt);
         if (dtname == NULL || !PyUnicode_CheckExact(dtname) || PyUnicode_GET_LENGTH(dtname) == 0) {
             dtname = NULL;
@@ -550,6 +563,8 @@ static int fw_traverse(FastWrapper *self, visitproc visit, void *arg) {
     Py_VISIT(self->cuda_dict);
     Py_VISIT(self->group_type);
     Py_VISIT(self->st_cached);
+    Py_VISIT(self->last_dt);
+    Py_VISIT(self->last_dtname);
     return 0;
 }
 
@@ -580,6 +595,9 @@ static int fw_clear(FastWrapper *self) {
     Py_CLEAR(self->cuda_dict);
     Py_CLEAR(self->group_type);
     Py_CLEAR(self->st_cached);
+    Py_CLEAR(self->last_dt);
+    Py_CLEAR(self->last_dtname);
+    self->probe_read = self->cuda_read = 0; /* what they read was borrowed from the dicts cleared above */
     return 0;
 }
 
