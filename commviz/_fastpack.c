@@ -504,6 +504,14 @@ static PyObject *events_in(PyObject *mod, PyObject *events) {
     return PyLong_FromSsize_t(events_of(events));
 }
 
+/* out.append(i); 0 or -1 */
+static int append_index(PyObject *out, Py_ssize_t i) {
+    PyObject *v = PyLong_FromSsize_t(i);
+    int r = v == NULL ? -1 : PyList_Append(out, v);
+    Py_XDECREF(v);
+    return r;
+}
+
 /* cuts(records, most) -> [end, ...]: the ends of runs of records, in order, that
    stand for at most `most` events each (a folded op is two, never cut apart) */
 static PyObject *cuts(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
@@ -517,27 +525,16 @@ static PyObject *cuts(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t k = 1 + is_folded(PyList_GET_ITEM(events, i));
         if (in_run + k > most) {
-            PyObject *end = PyLong_FromSsize_t(i);
-            if (end == NULL || PyList_Append(out, end) < 0) {
-                Py_XDECREF(end);
-                Py_DECREF(out);
-                return NULL;
-            }
-            Py_DECREF(end);
+            if (append_index(out, i) < 0) goto fail;
             in_run = 0;
         }
         in_run += k;
     }
-    if (n > 0) {
-        PyObject *end = PyLong_FromSsize_t(n);
-        if (end == NULL || PyList_Append(out, end) < 0) {
-            Py_XDECREF(end);
-            Py_DECREF(out);
-            return NULL;
-        }
-        Py_DECREF(end);
-    }
+    if (n > 0 && append_index(out, n) < 0) goto fail;
     return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
 }
 
 /* encode_batch(schema, rank, events, encode_one) -> bytes: what msgspec writes for

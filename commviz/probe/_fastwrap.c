@@ -385,7 +385,9 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     PyObject_GC_UnTrack(start);
     int queued = push(self, start);
     if (queued < 0) goto unprobed;
+    /* the start is the queue's last record while no drain has run and its length is this */
     unsigned long long drains0 = drains;
+    Py_ssize_t queued_len = queued > 0 && self->len_c != NULL ? self->len_c(self->queue) : -1;
     if (ring != NULL) {
         PyObject *ring_args[2] = {op_id, start};
         PyObject *r = PyObject_Vectorcall(ring, ring_args, 2, NULL);
@@ -434,11 +436,13 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     }
     if (result == Py_None && PyList_GET_SIZE(st) > COALESCED && PyList_GET_ITEM(st, COALESCED) == Py_None) {
         PyObject *t1 = mono_ns(), *end = NULL;
-        /* Folded: a start no drain has taken yet gets its end's time as one more item,
-           and the frame's encoder writes both events from it (commviz/_fastpack.c):
-           no end record is made, queued, popped and freed. */
+        /* Folded: a start still the queue's last record (no drain has taken it, no
+           other thread queued after it, so the end's place in the stream is the
+           same) gets its end's time as one more item, and the frame's encoder writes
+           both events from it (commviz/_fastpack.c): no end record is made, queued,
+           popped and freed. */
         int did_fold = 0;
-        if (t1 != NULL && self->fold && queued > 0 && drains == drains0 &&
+        if (t1 != NULL && self->fold && queued_len >= 0 && drains == drains0 && self->len_c(self->queue) == queued_len &&
             PyList_GET_SIZE(start) == START_LEN) {
             did_fold = PyList_Append(start, t1) == 0; /* room was made for it */
             if (did_fold) {

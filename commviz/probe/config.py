@@ -11,7 +11,7 @@ class ProbeConfig:
     enabled: bool
     addr: str
     trace_dir: str | None
-    queue_cap: int = 65536  # events held between the caller and the sender thread
+    queue_cap: int = 65536  # records held between the caller and the sender thread (a folded op: two events)
     flush_interval_s: float = 0.02
     stack_after_s: float = 3.0  # capture the caller's stack of ops in flight this long
     samples: bool = True  # host/GPU samples from local rank 0 (COMMVIZ_SAMPLES=0: off)

@@ -326,10 +326,11 @@ def test_it_sees_the_probe_and_cuda_change_between_calls(probe, monkeypatch):
 
 def test_a_blocking_ops_end_is_folded_into_its_start_unless_a_drain_took_it(probe):
     """One record per blocking op taken in C: its end's time is folded into its start
-    while no drain has taken the start (events.py, FOLDED). A start drained while the
-    op runs (an op that hangs, or a slow one) is in flight on the sender, and its end
-    comes as its own record. On the wire both are the same two events, in frames of at
-    most MAX_BATCH events."""
+    while the start is the queue's last record (events.py, FOLDED). A start drained
+    while the op runs (an op that hangs, or a slow one) is in flight on the sender, and
+    its end comes as its own record, as does an end with other records queued after
+    its start. On the wire both are the same two events, in frames of at most
+    MAX_BATCH events."""
     from commviz.events import END, FOLDED, START, START_LEN, unfold
     from commviz.probe import sender as sender_mod
     from commviz.probe.patch import _wrap
@@ -361,6 +362,14 @@ def test_a_blocking_ops_end_is_folded_into_its_start_unless_a_drain_took_it(prob
     assert len(q) == 1 and q[0][0] == END and q[0][1] in sender.inflight  # its start went in flight
     sender._drain()
     assert not sender.inflight
+
+    # another thread's record queued while the op ran: the end stays after it, in time order
+    other = ("another thread's record",)
+    busy = _wrap(lambda tensor, op=None, group=None, async_op=False: probe.queue.append(other),
+                 ops.CATALOGUE["all_reduce"], probe)
+    busy(t)
+    assert [r[0] for r in probe.queue] == [START, other[0], END]
+    probe.queue.clear()
 
     probe.queue.clear()
     probe.shutdown()

@@ -1,0 +1,89 @@
+"""Where the probe's time per op goes, in wall time: on the calling thread, and in
+each step of the flush that later sends what it queued (drain, frame encoding,
+freeing the records), on torch's `fake` backend with the sender's thread stopped
+and the flush run here, after every block of calls as bench/overhead.py does.
+
+    python bench/overhead_split.py [--op all_reduce|send] [--rounds 40] [--calls 2000]
+
+The calling thread's figure is the instrumented call less the bare one in the same
+round; the minimal recorder (two clock reads and one tuple append) is printed beside
+it. `encode, warm` packs the same records again at once: the difference from
+`encode` is the cost of reading records that the calls since have pushed out of the
+caches. Wall time, so run it on a quiet box and compare rows of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--op", default="all_reduce", choices=("all_reduce", "send"))
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--calls", type=int, default=2000)
+    args = ap.parse_args()
+
+    import torch
+    import torch.distributed as dist
+
+    from commviz.events import encode_frames
+    from overhead import stopped_fake_probe
+
+    probe, sender, suspended = stopped_fake_probe(stop_sampler=True)
+    x = torch.ones(256)
+    fn, fargs = {"all_reduce": (dist.all_reduce, (x,)), "send": (dist.send, (x, 1))}[args.op]
+    orig, clock, q = fn._commviz_original, time.monotonic_ns, collections.deque()
+    app = q.append
+
+    def minimal(*a):
+        t0 = clock()
+        r = orig(*a)
+        app((t0, clock()))
+        return r
+
+    def block(f) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(args.calls):
+            f(*fargs)
+        return (time.perf_counter_ns() - t0) / args.calls
+
+    for _ in range(3000):
+        fn(*fargs)
+    sender.flush()
+    rows = collections.defaultdict(list)
+    n = args.calls
+    for _ in range(args.rounds):
+        with suspended():
+            bare = block(orig)
+            rows["minimal recorder, its calls"].append(block(minimal) - bare)
+            q.clear()
+        rows["probe, the calling thread"].append(block(fn) - bare)
+        t0 = time.perf_counter_ns()
+        events = sender._drain()
+        t1 = time.perf_counter_ns()
+        frames = list(encode_frames(0, events))
+        t2 = time.perf_counter_ns()
+        frames = list(encode_frames(0, events))
+        t3 = time.perf_counter_ns()
+        del events, frames
+        t4 = time.perf_counter_ns()
+        rows["probe, the flush: drain"].append((t1 - t0) / n)
+        rows["probe, the flush: encode"].append((t2 - t1) / n)
+        rows["  (encode, warm: the same records again)"].append((t3 - t2) / n)
+        rows["probe, the flush: records freed"].append((t4 - t3) / n)
+    print(f"{args.op}, ns per op (median over {args.rounds} rounds of {n} calls)")
+    for name, v in rows.items():
+        print(f"{name:<44}{statistics.median(v):>7.0f}")
+    probe.shutdown()
+
+
+if __name__ == "__main__":
+    main()
