@@ -240,7 +240,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     PyObject *ring_b, *ring = NULL, *nbytes = NULL, *dtname = NULL, *shape = NULL; /* the crash ring's */
     int is_async, going_up = 0;
     /* probe.started, probe.ring_start, torch.cuda._initialized: plain attributes
-       (fw_new checked no descriptor of those names), read from the objects' dicts */
+       (fw_new checked no descriptor of those names), read from the objects' dicts
+       when one of them changed since the last read (fresh) */
     if (!fresh(self->probe_dict, self->probe_ver, self->probe_read) && read_probe(self) < 0) goto slow_clear;
     if (self->v_started != Py_True) goto slow;
     ring_b = self->v_ring; /* borrowed */
