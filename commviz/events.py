@@ -383,8 +383,10 @@ def encode_frames(rank: int, events: list, schema: int = BASE_SCHEMA, limit: int
     payload = encode_batch(rank, events, schema)
     if len(payload) <= limit:
         yield payload, events_in(events)
+    elif len(events) == 1 and is_folded(events[0]):  # its end goes on its own
+        yield from encode_frames(rank, unfold(events), schema, limit)
     elif len(events) == 1:
-        yield None, events_in(events)
+        yield None, 1
     else:
         n = min(len(events) // 2, max(1, len(events) * limit * 9 // (10 * len(payload))))
         for i in range(0, len(events), n):

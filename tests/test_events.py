@@ -184,6 +184,17 @@ def test_a_folded_op_is_written_as_its_start_and_end_and_counted_twice(records, 
         lo = hi
 
 
+def test_a_folded_op_too_big_for_a_frame_loses_its_start_alone():
+    """A start over the wire's frame limit (a huge shape) is lost and counted, as
+    before folding; its end still goes."""
+    from commviz import events
+
+    huge = folded_op([7, 0, "all_reduce", "0", 3, 4, "float32", tuple(range(60_000)), -1, -1, False, "", 9])
+    got = list(events.encode_frames(0, [huge]))
+    assert [n for _, n in got] == [1, 1] and got[0][0] is None
+    assert decode_batch(got[1][0]).events[0] == OpEnd(7, 9)
+
+
 def test_a_record_like_a_folded_op_but_not_one_is_written_as_it_is():
     """Only FOLDED, compared by identity, marks a folded op: a 14-item list ending in
     an int, or one whose first item is a string of its repr, is a record like any
