@@ -137,27 +137,22 @@ static void set_depth(PyObject *st, PyObject *v) {
     }
 }
 
-/* 1 if dict d is as it was when its version tag was *ver. On 3.11 every change to a
-   dict gives it a new tag (PEP 509), so the five attributes read from two dicts on
-   every call (~450 instructions of lookups) are read again only when one changed;
-   elsewhere (3.12 deprecated the tag) they are always read again. */
-static inline int fresh(PyObject *d, uint64_t ver, int read) {
+/* A dict's version tag: on 3.11 every change to a dict gives it a new one (PEP 509),
+   so the five attributes read from two dicts on every call (~450 instructions of
+   lookups) are read again only when one changed; elsewhere (3.12 deprecated the tag)
+   there is none, and they are always read again. */
 #if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-    return read && ((PyDictObject *)d)->ma_version_tag == ver;
+#define DICT_TAGS 1
+#define VERSION_OF(d) (((PyDictObject *)(d))->ma_version_tag)
 #else
-    (void)d, (void)ver, (void)read;
-    return 0;
+#define DICT_TAGS 0
+#define VERSION_OF(d) ((uint64_t)0)
 #endif
-}
 
-static inline uint64_t version_of(PyObject *d) {
-#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030C0000
-    return ((PyDictObject *)d)->ma_version_tag;
-#else
-    (void)d;
-    return 0;
-#endif
-}
+static inline uint64_t version_of(PyObject *d) { return VERSION_OF(d); }
+
+/* 1 if dict d is as it was when it was read (`read`) and its tag was ver */
+static inline int fresh(PyObject *d, uint64_t ver, int read) { return DICT_TAGS && read && version_of(d) == ver; }
 
 /* the probe's four attributes from its dict, borrowed; 0, or -1 with an error set
    (a missing one is NULL, not an error: the call goes to Python as before) */
