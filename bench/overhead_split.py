@@ -3,7 +3,7 @@ each step of the flush that later sends what it queued (drain, frame encoding,
 freeing the records), on torch's `fake` backend with the sender's thread stopped
 and the flush run here, after every block of calls as bench/overhead.py does.
 
-    python bench/overhead_split.py [--op all_reduce|send] [--rounds 40] [--calls 2000]
+    python bench/overhead_split.py [--op all_reduce|send|all_gather_into_tensor] [--rounds 40] [--calls 2000]
 
 The calling thread's figure is the instrumented call less the bare one in the same
 round; the minimal recorder (two clock reads and one tuple append) is printed beside
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--op", default="all_reduce", choices=("all_reduce", "send"))
+    ap.add_argument("--op", default="all_reduce", choices=("all_reduce", "send", "all_gather_into_tensor"))
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--calls", type=int, default=2000)
     args = ap.parse_args()
@@ -38,8 +38,9 @@ def main() -> None:
     from overhead import stopped_fake_probe
 
     probe, sender, suspended = stopped_fake_probe(stop_sampler=True)
-    x = torch.ones(256)
-    fn, fargs = {"all_reduce": (dist.all_reduce, (x,)), "send": (dist.send, (x, 1))}[args.op]
+    x, out = torch.ones(256), torch.empty(1024)
+    fn, fargs = {"all_reduce": (dist.all_reduce, (x,)), "send": (dist.send, (x, 1)),
+                 "all_gather_into_tensor": (dist.all_gather_into_tensor, (out, x))}[args.op]
     orig, clock, q = fn._commviz_original, time.monotonic_ns, collections.deque()
     app = q.append
 

@@ -18,9 +18,9 @@ from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
 try:  # optional, built by the README's pip install (setup.py)
-    from commviz.probe._fastwrap import drain as _c_drain
+    from commviz.probe._fastwrap import drain as _c_drain, take as _c_take
 except ImportError:
-    _c_drain = None
+    _c_drain = _c_take = None
 _LAYOUT = (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)
 
 # The training thread queues ops as plain tuples in the layout events.py defines
@@ -126,7 +126,10 @@ class Sender:
 
     def _drain(self) -> list:
         q = self.queue
-        out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
+        if _c_take is not None and type(q) is collections.deque:
+            out = _c_take(q)
+        else:
+            out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
         if _c_drain is not None:  # the loop below, in C (probe/_fastwrap.c)
             self._note(_c_drain(out, self.inflight, self._tensor_fields, START, END, _LAYOUT))
             return out
@@ -243,7 +246,7 @@ class Sender:
             self.connected = False
             self.health.dropped += sum(n for n, traced in lost if not traced)
         if not self.connected:
-            if client.room + extra <= 0:
+            if client.room + extra <= 0 or not client.writable():
                 return
             if not client.send(self._resync(), (0, True)):
                 return

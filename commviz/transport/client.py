@@ -51,6 +51,13 @@ class Client:
         """Frames that may be handed over before the watcher acknowledges more."""
         return self.window.room
 
+    def writable(self) -> bool:
+        """Whether zmq would take a frame now: with IMMEDIATE, only once a connection
+        is up. Asked before a resync is encoded, so a rank with no watcher pays one
+        socket option read per flush (~1 us), not an encode and a failed send that
+        raises (~4 us)."""
+        return bool(self._sock.getsockopt(zmq.EVENTS) & zmq.POLLOUT)
+
     def send(self, payload: bytes, tag=None) -> bool:
         """Hand one frame to zmq without ever blocking; False if it was not taken
         (no connection). The caller checks `room` first, except for a last frame
@@ -65,20 +72,16 @@ class Client:
     def poll(self) -> list | None:
         """Take the watcher's acks. None while the connection held; after it dropped,
         the tags of the frames it took unacknowledged (a list, maybe empty)."""
+        # Each socket is asked whether it has something before it is read: a read
+        # that finds nothing raises zmq.Again, ~3 us, twice a flush with no watcher.
         dropped = False
-        while True:
-            try:
-                event = parse_monitor_message(self._mon.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
+        while _readable(self._mon):
+            event = parse_monitor_message(self._mon.recv_multipart(zmq.NOBLOCK))
             dropped |= event["event"] == zmq.EVENT_DISCONNECTED
         # Acks that arrived before the drop was seen came over the old connection.
         n = 0
-        while True:
-            try:
-                n += acked(self._sock.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                break
+        while _readable(self._sock):
+            n += acked(self._sock.recv(zmq.NOBLOCK))
         self.window.ack(n)
         return self.window.lose() if dropped else None
 
@@ -90,3 +93,7 @@ class Client:
         self._mon.close(0)
         self._sock.close()
         self._ctx.term()
+
+
+def _readable(sock: zmq.Socket) -> bool:
+    return bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)

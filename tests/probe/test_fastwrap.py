@@ -371,6 +371,18 @@ def test_a_blocking_ops_end_is_folded_into_its_start_unless_a_drain_took_it(prob
     assert [r[0] for r in probe.queue] == [START, other[0], END]
     probe.queue.clear()
 
+    # the sender took the queue (its drain not yet run) and as many records came after:
+    # the queue's length is what it was, but the start is the sender's, not folded into
+    from commviz.probe._fastwrap import take
+
+    taken = []
+
+    def taken_and_refilled(tensor, op=None, group=None, async_op=False):
+        taken.extend(take(probe.queue))
+        probe.queue.append(other)
+
+    _wrap(taken_and_refilled, ops.CATALOGUE["all_reduce"], probe)(t)
+    assert [r[0] for r in taken] == [START] and [r[0] for r in probe.queue] == [other[0], END]
     probe.queue.clear()
     probe.shutdown()
     sender = stop_sender_thread(probe)
@@ -513,6 +525,38 @@ def test_with_the_ring_on_a_tensor_field_redefined_on_tensor_is_read_as_python_r
     assert w.fast_calls - fast == 3
     starts = [e for e in ring_on() if type(e).__name__ == "OpStart"]
     assert [e.bytes for e in starts[-3:]] == [64, 12_345, 64]
+
+
+def test_with_the_ring_on_a_tensors_fields_are_read_once_per_drain_and_it_is_let_go_by_the_next(probe, ring_on):
+    """The C wrapper keeps its reads of a tensor's fields for the ring until the next
+    drain, as the drain reads a deferred start's once per batch: a tensor resized in
+    place between two ops of one flush interval is named by its first reading, and
+    read again after a drain. It holds the tensor no longer than that."""
+    import weakref
+
+    stop_sender_thread(probe)  # drains come only from here
+    w = c_wrapper("all_reduce")
+    t = torch.ones(16)
+    w(t)  # Python: this thread's state, the group
+    probe.sender._drain()
+    fast = w.fast_calls
+    w(t)
+    t.resize_(32)
+    w(t)  # read before the resize, no drain since
+    probe.sender._drain()
+    w(t)
+    assert w.fast_calls - fast == 3
+    starts = [e for e in ring_on() if type(e).__name__ == "OpStart"]
+    assert [e.bytes for e in starts[-3:]] == [64, 64, 128]
+    assert [list(e.shape) for e in starts[-3:]] == [[16], [16], [32]]
+
+    gone = torch.ones(8)
+    held = weakref.ref(gone)
+    w(gone)
+    del gone
+    assert held() is not None  # read for the ring, kept until a drain
+    probe.sender._drain()
+    assert held() is None
 
 
 def test_a_failing_ring_is_the_probes_error_and_ctrl_c_in_it_goes_up_unrun(probe, ring_on):

@@ -51,6 +51,9 @@ class FakeClient:
     def up(self, on: bool):
         self.set("up" if on else "down")
 
+    def writable(self):
+        return self.state != "down"
+
     def send(self, payload, tag=None):
         if self.state == "down":
             return False
