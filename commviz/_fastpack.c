@@ -47,7 +47,8 @@ typedef struct {
 
 typedef struct {
     uint8_t *p, *end;
-    uint8_t *start; /* a growable buffer's (PyMem), else NULL: a fixed one is FULL when full */
+    uint8_t *start;  /* a growable buffer's, else NULL: a fixed one is FULL when full */
+    PyObject *bytes; /* the growable buffer: a bytes object, resized as it fills and to its length at the end */
 } Out;
 
 enum { OK = 0, FULL = -1, FOREIGN = -2, NOMEM = -3 };
@@ -56,16 +57,21 @@ enum { OK = 0, FULL = -1, FOREIGN = -2, NOMEM = -3 };
 
 static int grow(Out *o, size_t n) {
     size_t used = o->p - o->start, cap = o->end - o->start, want = cap * 2 > used + n ? cap * 2 : used + n + 4096;
-    uint8_t *b = PyMem_Realloc(o->start, want);
-    if (b == NULL) return NOMEM;
+    if (_PyBytes_Resize(&o->bytes, (Py_ssize_t)want) < 0) return NOMEM; /* it is freed, and NULL */
+    uint8_t *b = (uint8_t *)PyBytes_AS_STRING(o->bytes);
     o->start = b;
     o->p = b + used;
     o->end = b + want;
     return OK;
 }
 
-/* room for n more bytes: one check per value, the writes after it unchecked */
+/* Room for n more bytes and SLACK after them: the values a record writes between
+   two checks (its ints and bools, at most 9 bytes each, and the fixed heads of a
+   folded op) fit in the slack, so they are written unchecked (pack_folded). */
+#define SLACK 256
+
 INLINE int reserve(Out *o, size_t n) {
+    n += SLACK;
     if (__builtin_expect((size_t)(o->end - o->p) >= n, 1)) return OK;
     if (o->start == NULL) return FULL;
     return grow(o, n);
@@ -312,7 +318,7 @@ static PyObject *sw_start(SlotWriter *self, PyObject *const *args, Py_ssize_t na
        order): a slot caught half-written carries another op id than its payload and
        is skipped. */
     uint8_t tmp[65536];
-    Out o = {tmp, tmp + sizeof tmp, NULL};
+    Out o = {tmp, tmp + sizeof tmp, NULL, NULL};
     Py_ssize_t pmax = self->slot_size - HEAD;
     int r = pack_items(&o, items, n, 0, -1);
     if (r == FULL || (r == OK && o.p - tmp > pmax)) { /* a huge shape: keep the rest of the start */
@@ -434,7 +440,8 @@ static PyTypeObject SlotWriterType = {
 
 static PyObject *fold_tag; /* what a folded record holds first, compared by identity; NULL: no fold */
 static Py_ssize_t fold_len, fold_id; /* a start's items and where its id is */
-static char fold_start[64], fold_head[64], fold_tail[64];
+#define FOLD_HEAD_MAX 16 /* each fixed part's bytes, at most: copied whole */
+static char fold_start[FOLD_HEAD_MAX], fold_head[FOLD_HEAD_MAX], fold_tail[FOLD_HEAD_MAX];
 static Py_ssize_t fold_start_n, fold_head_n, fold_tail_n;
 
 INLINE int is_folded(PyObject *ev) {
@@ -446,18 +453,28 @@ INLINE int is_folded(PyObject *ev) {
 static int pack_folded(Out *o, PyObject *ev) {
     PyObject **items = PySequence_Fast_ITEMS(ev), *id = items[fold_id], *t = items[fold_len];
     if (!PyLong_CheckExact(id) || !PyLong_CheckExact(t)) return FOREIGN;
-    int r = reserve(o, (size_t)fold_start_n);
+    int r = reserve(o, 0); /* from here to the next check, what is written fits in the slack */
     if (r != OK) return r;
-    memcpy(o->p, fold_start, (size_t)fold_start_n); /* the start's array head and tag */
+    memcpy(o->p, fold_start, FOLD_HEAD_MAX); /* the start's array head and tag (a fixed copy: no call) */
     o->p += fold_start_n;
-    for (Py_ssize_t i = 1; i < fold_len && r == OK; i++) r = pack_value(o, items[i], 0);
+    for (Py_ssize_t i = 1; i < fold_len && r == OK; i++) {
+        PyObject *v = items[i];
+        PyTypeObject *tp = Py_TYPE(v);
+        if (tp == &PyLong_Type) /* at most 9 bytes: in the slack of the last check */
+            r = w_int(o, v);
+        else if (tp == &PyUnicode_Type)
+            r = pack_str(o, v); /* checks for room itself, and leaves the slack after it, as pack_value does */
+        else if (tp == &PyBool_Type)
+            *o->p++ = v == Py_True ? 0xc3 : 0xc2;
+        else
+            r = pack_value(o, v, 0);
+    }
     if (r != OK) return r;
-    if ((r = reserve(o, (size_t)(fold_head_n + 18 + fold_tail_n))) != OK) return r;
-    memcpy(o->p, fold_head, (size_t)fold_head_n);
+    memcpy(o->p, fold_head, FOLD_HEAD_MAX);
     o->p += fold_head_n;
     if ((r = w_int(o, id)) != OK) return r;
     if ((r = w_int(o, t)) != OK) return r;
-    memcpy(o->p, fold_tail, (size_t)fold_tail_n);
+    memcpy(o->p, fold_tail, FOLD_HEAD_MAX);
     o->p += fold_tail_n;
     return OK;
 }
@@ -481,7 +498,7 @@ static PyObject *set_fold(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t len = PyLong_AsSsize_t(args[4]), at = PyLong_AsSsize_t(args[5]);
     if ((len == -1 || at == -1) && PyErr_Occurred()) return NULL;
     if (sn > (Py_ssize_t)sizeof fold_start || hn > (Py_ssize_t)sizeof fold_head || tn > (Py_ssize_t)sizeof fold_tail ||
-        (args[0] != Py_None && (len < 2 || at < 1 || at >= len)))
+        (args[0] != Py_None && (len < 2 || len > 16 || at < 1 || at >= len)))
         return PyErr_Format(PyExc_ValueError, "a fold that does not fit");
     Py_CLEAR(fold_tag);
     if (args[0] == Py_None) Py_RETURN_NONE;
@@ -547,13 +564,16 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
     if (!PyList_CheckExact(args[2]) || !PyLong_CheckExact(args[0]) || !PyLong_CheckExact(args[1]))
         Py_RETURN_NOTIMPLEMENTED; /* the caller's msgspec encodes it, whatever it is */
     PyObject *events = args[2], *encode_one = args[3];
-    Out o = {NULL, NULL, NULL};
-    if (grow(&o, 64 + 96 * (size_t)PyList_GET_SIZE(events)) != OK) return PyErr_NoMemory();
-    *o.p++ = 0x93; /* grow gave room for the head */
+    Py_ssize_t cap = 64 + 96 * PyList_GET_SIZE(events) + SLACK;
+    Out o = {NULL, NULL, NULL, PyBytes_FromStringAndSize(NULL, cap)};
+    if (o.bytes == NULL) return NULL;
+    o.p = o.start = (uint8_t *)PyBytes_AS_STRING(o.bytes);
+    o.end = o.start + cap;
+    *o.p++ = 0x93; /* the slack is room for the head */
     int r = w_int(&o, args[0]);
     if (r == OK) r = w_int(&o, args[1]);
     if (r == FOREIGN) { /* past 64 bits: msgspec's to say */
-        PyMem_Free(o.start);
+        Py_DECREF(o.bytes);
         Py_RETURN_NOTIMPLEMENTED;
     }
     if (r == OK) r = pack_len(&o, events_of(events));
@@ -564,7 +584,7 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
         r = FOREIGN;
         if (is_folded(ev)) {
             if ((r = pack_folded(&o, ev)) == FOREIGN) { /* two events from one record: Python unfolds it */
-                PyMem_Free(o.start);
+                Py_DECREF(o.bytes);
                 Py_RETURN_NOTIMPLEMENTED;
             }
         } else if (PyTuple_CheckExact(ev))
@@ -592,11 +612,10 @@ static PyObject *encode_batch(PyObject *mod, PyObject *const *args, Py_ssize_t n
             if (r != OK) goto fail;
         }
     }
-    PyObject *out = PyBytes_FromStringAndSize((char *)o.start, o.p - o.start);
-    PyMem_Free(o.start);
-    return out;
+    if (_PyBytes_Resize(&o.bytes, o.p - o.start) < 0) return NULL; /* shrinks in place: no copy */
+    return o.bytes;
 fail:
-    PyMem_Free(o.start);
+    Py_XDECREF(o.bytes); /* NULL where a resize failed and freed it */
     return PyErr_Occurred() ? NULL : PyErr_NoMemory();
 }
 
