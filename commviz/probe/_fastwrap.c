@@ -75,10 +75,11 @@ static PyObject *fold_tag;
 
 /* The crash ring's reads of a tensor's fields (torch's three getters, ~1,100
    instructions), kept for the tensors seen since the last drain, as the drain keeps
-   its reads of deferred starts: a tensor's fields are read once per batch either way
-   (a tensor resized in place between two ops of one flush interval is named by its
-   fields when first seen, in the ring and on the wire alike), while Tensor's type is
-   as it was then (a field redefined on it is read again). A few entries, found
+   its reads of deferred starts: a tensor's fields are read once per batch either way.
+   So a tensor resized in place (resize_, set_) between two ops of one flush interval
+   is named, in the ring and on the wire, by its fields when first seen in it (with
+   the ring off, by its fields when the drain reads them: its last). Entries hold
+   while Tensor's type is as it was (a field redefined on it is read again). A few entries, found
    by address; an entry holds its tensor, so the address stands for it. They are let
    go when a drain has run since (at the next wrapped call, or by the drain itself),
    so a tensor is held a flush interval at most, as a queued start holds it; a slot
@@ -339,6 +340,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
             Py_INCREF(shape);
             goto fields_read;
         }
+        unsigned long long read_under = drains; /* a read through Python (a redefined field) may let a drain run */
         if ((nbytes = tensor_field(self, x, self->get_nbytes, s_nbytes)) == NULL) goto slow_clear;
         PyObject *dt = tensor_field(self, x, self->get_dtype, s_dtype);
         if (dt == NULL) goto slow_clear;
@@ -361,7 +363,7 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
         }
         Py_INCREF(dtname);
         if ((shape = tensor_field(self, x, self->get_shape, s_shape)) == NULL) goto slow_clear;
-        if (e->x == NULL && PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) {
+        if (e->x == NULL && read_under == drains && PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) {
             e->version = Py_TYPE(x)->tp_version_tag;
             e->x = x;
             e->nbytes = nbytes;
@@ -983,7 +985,11 @@ fail:
  * step no other thread can get between (no Python runs: the caller hands an exact
  * collections.deque, and clearing it frees nothing, the list holding every record).
  * A popleft per record from Python's side costs ~8 ns each, this ~1. */
+static PyObject *deque_type; /* collections.deque: take() takes nothing else */
+
 static PyObject *take(PyObject *mod, PyObject *queue) {
+    if (deque_type == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)deque_type))
+        return PyErr_Format(PyExc_TypeError, "take() takes a collections.deque");
     drains++; /* what it takes is the drain's: no end is folded into it from here (see fast_drain) */
     forget_seen();
     PyObject *out = PySequence_List(queue);
@@ -1019,6 +1025,11 @@ PyMODINIT_FUNC PyInit__fastwrap(void) {
     if ((i_0 = PyLong_FromLong(0)) == NULL) return NULL;
     if ((i_1 = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&FastWrapperType) < 0) return NULL;
+    PyObject *collections = PyImport_ImportModule("collections");
+    if (collections == NULL) return NULL;
+    deque_type = PyObject_GetAttrString(collections, "deque");
+    Py_DECREF(collections);
+    if (deque_type == NULL) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     Py_INCREF(&FastWrapperType);
