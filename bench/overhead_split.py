@@ -9,7 +9,9 @@ The calling thread's figure is the instrumented call less the bare one in the sa
 round; the minimal recorder (two clock reads and one tuple append) is printed beside
 it. `encode, warm` packs the same records again at once: the difference from
 `encode` is the cost of reading records that the calls since have pushed out of the
-caches. Wall time, so run it on a quiet box and compare rows of one run.
+caches. The last step is the flush's turn at the socket with no watcher listening:
+acks polled, a resync tried. Wall time, so run it on a quiet box and compare rows of
+one run. Each encode cuts runs of MAX_BATCH events first, as the sender does.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ def main() -> None:
     import torch
     import torch.distributed as dist
 
-    from commviz.events import encode_frames
+    from commviz.events import cuts, encode_frames
+    from commviz.probe.sender import MAX_BATCH
     from overhead import stopped_fake_probe
 
     probe, sender, suspended = stopped_fake_probe(stop_sampler=True)
@@ -56,6 +59,14 @@ def main() -> None:
             f(*fargs)
         return (time.perf_counter_ns() - t0) / args.calls
 
+    def encode(events) -> list:
+        """As the sender's flush does: runs of at most MAX_BATCH events, each framed."""
+        frames, lo = [], 0
+        for hi in cuts(events, MAX_BATCH):
+            frames += encode_frames(0, events[lo:hi])
+            lo = hi
+        return frames
+
     for _ in range(3000):
         fn(*fargs)
     sender.flush()
@@ -70,19 +81,22 @@ def main() -> None:
         t0 = time.perf_counter_ns()
         events = sender._drain()
         t1 = time.perf_counter_ns()
-        frames = list(encode_frames(0, events))
+        frames = encode(events)
         t2 = time.perf_counter_ns()
-        frames = list(encode_frames(0, events))
+        frames = encode(events)
         t3 = time.perf_counter_ns()
         del events, frames
         t4 = time.perf_counter_ns()
+        sender._send_backlog()
+        t5 = time.perf_counter_ns()
         rows["probe, the flush: drain"].append((t1 - t0) / n)
         rows["probe, the flush: encode"].append((t2 - t1) / n)
         rows["  (encode, warm: the same records again)"].append((t3 - t2) / n)
         rows["probe, the flush: records freed"].append((t4 - t3) / n)
+        rows["probe, the flush: the watcher's socket (none here)"].append((t5 - t4) / n)
     print(f"{args.op}, ns per op (median over {args.rounds} rounds of {n} calls)")
     for name, v in rows.items():
-        print(f"{name:<44}{statistics.median(v):>7.0f}")
+        print(f"{name:<52}{statistics.median(v):>7.0f}")
     probe.shutdown()
 
 
