@@ -78,13 +78,13 @@ static PyObject *fold_tag;
    its reads of deferred starts: a tensor's fields are read once per batch either way.
    So a tensor resized in place (resize_, set_) between two ops of one flush interval
    is named, in the ring and on the wire, by its fields when first seen in it (with
-   the ring off, by its fields when the drain reads them: its last). Entries hold
-   while Tensor's type is as it was (a field redefined on it is read again). A few entries, found
-   by address; an entry holds its tensor, so the address stands for it. They are let
-   go when a drain has run since (at the next wrapped call, or by the drain itself),
-   so a tensor is held a flush interval at most, as a queued start holds it; a slot
-   taken by another tensor is not replaced until then, so nothing is freed in the
-   middle of a call. */
+   the ring off, by its fields when the drain reads them: its last). An entry holds
+   while Tensor's type is as it was (a field redefined on it is read again). A few
+   entries, found by address; an entry holds its tensor, so the address stands for
+   it. They are let go when a drain has run since (at the next wrapped call, or by
+   the drain itself), so a tensor is held a flush interval at most, as a queued start
+   holds it; a slot taken by another tensor is not replaced until then, so nothing is
+   freed in the middle of a call. */
 #define SEEN 4
 typedef struct {
     PyObject *x, *nbytes, *dtname, *shape; /* held */
@@ -981,12 +981,12 @@ fail:
     return NULL;
 }
 
-/* take(queue) -> list: everything queued, in order, and the queue emptied, in one
- * step no other thread can get between (no Python runs: the caller hands an exact
- * collections.deque, and clearing it frees nothing, the list holding every record).
- * A popleft per record from Python's side costs ~8 ns each, this ~1. */
 static PyObject *deque_type; /* collections.deque: take() takes nothing else */
 
+/* take(queue) -> list: everything queued, in order, and the queue emptied, in one
+ * step no other thread can get between (no Python runs: it takes only an exact
+ * collections.deque, and clearing it frees nothing, the list holding every record).
+ * A popleft per record from Python's side costs ~8 ns each, this ~1. */
 static PyObject *take(PyObject *mod, PyObject *queue) {
     if (deque_type == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)deque_type))
         return PyErr_Format(PyExc_TypeError, "take() takes a collections.deque");
