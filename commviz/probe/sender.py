@@ -34,6 +34,12 @@ MAX_BATCH = 2048  # events per frame: ~75 KB of ops, under the wire's 128 KiB (e
 BACKLOG_EVENTS = 100_000
 EXIT_GRACE_S = 0.25  # at exit, wait at most this long for ops still completing
 EXIT_HANDOVER_S = 0.5  # and this long (twice: the rest, then the goodbye) for a watcher taking frames
+# With no watcher when last asked and nothing of ours in flight, the socket is asked
+# again only this much later: asking costs a few µs a flush (more after a quiet
+# while, when zmq works through its queued commands), and zmq itself retries the
+# connection every 0.1–0.5 s (transport/client.py), so a watcher that comes up is
+# reached no later than before, within a second.
+RESYNC_EVERY_S = 0.1
 
 
 class Sender:
@@ -52,6 +58,8 @@ class Sender:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.connected = False
+        self.resync_every_s = RESYNC_EVERY_S
+        self._resync_at = 0.0  # while not connected: when to ask the socket again
         self.backlog: collections.deque = collections.deque()  # (payload, n_events, in the trace)
         self.backlog_events = 0
         self.backlog_untraced = 0  # of those, events the trace does not hold either
@@ -241,14 +249,15 @@ class Sender:
         what it has not acknowledged is at most the window (`extra` more for the
         goodbye), and what a dropped connection took with it is counted here, exactly."""
         client = self.client
+        if not self.connected and not len(client.window) and time.monotonic() < self._resync_at:
+            return  # nobody listened when last asked, and no frame of ours is out to be acked or lost
         lost = client.poll()
         if lost is not None:
             self.connected = False
             self.health.dropped += sum(n for n, traced in lost if not traced)
         if not self.connected:
-            if client.room + extra <= 0 or not client.writable():
-                return
-            if not client.send(self._resync(), (0, True)):
+            if client.room + extra <= 0 or not client.writable() or not client.send(self._resync(), (0, True)):
+                self._resync_at = time.monotonic() + self.resync_every_s
                 return
             self.connected = True
         while self.backlog and client.room + extra > 0:
@@ -294,6 +303,7 @@ class Sender:
         # Async ops whose completion is in flight (a future callback waiting for the
         # GIL, a waiter thread) get a moment to land, so the last op is not lost.
         end = time.monotonic() + EXIT_GRACE_S
+        self._resync_at = 0.0  # at exit a watcher that has come up is asked for at once
         while True:
             self._carry.extend(self._drain())
             if not self.inflight or time.monotonic() >= end:

@@ -81,6 +81,7 @@ def make_sender(tmp_path=None):
     q = collections.deque()
     s = Sender(0, hello(0), None, str(tmp_path) if tmp_path else None, Health(), q)
     s.client = FakeClient()
+    s.resync_every_s = 0  # every flush asks the (fake) socket; the pause has its own test
     return s, q
 
 
@@ -109,6 +110,45 @@ def test_late_watcher_gets_resync_then_the_whole_backlog_in_order():
     ops = [e for e in got[3:] if e[0] in ("OpStart", "OpEnd")]
     assert ops == [("OpStart", 0), ("OpEnd", 0), ("OpStart", 1), ("OpEnd", 1), ("OpStart", 2), ("OpEnd", 2), ("OpStart", 3)]
     assert s.health.dropped == 0
+
+
+def test_with_no_watcher_the_socket_is_asked_again_only_after_a_pause_and_at_once_at_exit():
+    """A flush that found nobody listening, with no frame of its own out, leaves the
+    socket alone for resync_every_s (asking costs a few µs a flush; zmq retries the
+    connection only every 0.1-0.5 s anyway); then the watcher gets its resync and the
+    backlog in order, nothing lost. At exit it is asked at once."""
+    import time
+
+    s, q = make_sender()
+    s.resync_every_s = 0.3
+    polls = []
+    poll = s.client.poll
+    s.client.poll = lambda: polls.append(1) or poll()
+    start(q, 0)
+    q.append((END, 0, 10, "", -1, -1))
+    s.flush()
+    assert len(polls) == 1 and s.client.frames == []
+    s.client.up = True
+    start(q, 1)
+    q.append((END, 1, 20, "", -1, -1))
+    s.flush()
+    assert len(polls) == 1 and s.client.frames == []  # not asked again yet
+    time.sleep(0.35)
+    s.flush()
+    assert len(polls) == 2 and [e for e in events(s.client) if e[0] != "Counters"][:1] == [("Hello", None)]
+    assert [e for e in events(s.client) if e[0] in ("OpStart", "OpEnd")] == [
+        ("OpStart", 0), ("OpEnd", 0), ("OpStart", 1), ("OpEnd", 1)]
+
+    s2, q2 = make_sender()
+    s2.resync_every_s = 60
+    s2.flush()  # nobody: not asked again for a minute
+    s2.client.up = True
+    start(q2, 7)
+    q2.append((END, 7, 10, "", -1, -1))
+    s2.stop()
+    got = events(s2.client)
+    assert got[0] == ("Hello", None) and ("OpEnd", 7) in got and got[-1][0] == "Goodbye"
+    assert s.health.dropped == s2.health.dropped == 0
 
 
 def spy_emit(s) -> list:
