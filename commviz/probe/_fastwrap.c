@@ -109,6 +109,13 @@ static void forget_seen(void) {
     }
 }
 
+/* a drain (or a take) has begun: what it took is not folded into, and the ring's
+   reads made before it are let go */
+static void drained(void) {
+    drains++;
+    forget_seen();
+}
+
 static inline Seen *seen_slot(PyObject *x) { return &seen[((uintptr_t)x >> 6) % SEEN]; }
 
 /* a list that is a folded op's record */
@@ -227,6 +234,67 @@ static int plain_truth(PyObject *o) {
     return -1;
 }
 
+/* x's bytes, its dtype's name and its shape for the ring (new references): from its
+   entry in `seen` where it was read since the last drain, else read now (torch's
+   getters) and kept there if its slot is free. 0; or -1 (an error set, or a dtype
+   with no name we know: Python names it), with nothing held. */
+static int ring_fields(FastWrapper *self, PyObject *x, PyObject **nbytes, PyObject **dtname, PyObject **shape) {
+    Seen *e = seen_slot(x);
+    if (e->x == x && Py_TYPE(x)->tp_version_tag == e->version &&
+        PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) { /* read since the last drain */
+        Py_INCREF(e->nbytes);
+        Py_INCREF(e->dtname);
+        Py_INCREF(e->shape);
+        *nbytes = e->nbytes;
+        *dtname = e->dtname;
+        *shape = e->shape;
+        return 0;
+    }
+    unsigned long long read_under = drains; /* a read through Python (a redefined field) may let a drain run */
+    PyObject *nb = tensor_field(self, x, self->get_nbytes, s_nbytes), *name = NULL, *sh;
+    if (nb == NULL) return -1;
+    PyObject *dt = tensor_field(self, x, self->get_dtype, s_dtype);
+    if (dt == NULL) goto fail;
+    if (dt == self->last_dt && fresh(self->dtypes, self->dtypes_ver, 1)) {
+        name = self->last_dtname; /* the dtype named last, the names unchanged since */
+    } else {
+        name = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
+        if (name != NULL) {
+            Py_INCREF(dt);
+            Py_XSETREF(self->last_dt, dt);
+            Py_INCREF(name);
+            Py_XSETREF(self->last_dtname, name);
+            self->dtypes_ver = version_of(self->dtypes);
+        }
+    }
+    Py_DECREF(dt);
+    if (name == NULL || !PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0) {
+        name = NULL;
+        goto fail; /* a dtype without a known name: Python names it */
+    }
+    Py_INCREF(name);
+    if ((sh = tensor_field(self, x, self->get_shape, s_shape)) == NULL) goto fail;
+    if (e->x == NULL && read_under == drains && PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) {
+        e->version = Py_TYPE(x)->tp_version_tag;
+        Py_INCREF(x);
+        Py_INCREF(nb);
+        Py_INCREF(name);
+        Py_INCREF(sh);
+        e->x = x;
+        e->nbytes = nb;
+        e->dtname = name;
+        e->shape = sh;
+    }
+    *nbytes = nb;
+    *dtname = name;
+    *shape = sh;
+    return 0;
+fail:
+    Py_DECREF(nb);
+    Py_XDECREF(name);
+    return -1;
+}
+
 static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     FastWrapper *self = (FastWrapper *)callable;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
@@ -329,53 +397,8 @@ static PyObject *fw_vectorcall(PyObject *callable, PyObject *const *args, size_t
     if (ring_b != Py_None) { /* the ring needs the start now, as Python builds it: read before anything changes */
         ring = ring_b;
         Py_INCREF(ring); /* the writer this call began with, as in Python (shutdown may swap it) */
-        Seen *e = seen_slot(x);
-        if (e->x == x && Py_TYPE(x)->tp_version_tag == e->version &&
-            PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) { /* read since the last drain */
-            nbytes = e->nbytes;
-            dtname = e->dtname;
-            shape = e->shape;
-            Py_INCREF(nbytes);
-            Py_INCREF(dtname);
-            Py_INCREF(shape);
-            goto fields_read;
-        }
-        unsigned long long read_under = drains; /* a read through Python (a redefined field) may let a drain run */
-        if ((nbytes = tensor_field(self, x, self->get_nbytes, s_nbytes)) == NULL) goto slow_clear;
-        PyObject *dt = tensor_field(self, x, self->get_dtype, s_dtype);
-        if (dt == NULL) goto slow_clear;
-        if (dt == self->last_dt && fresh(self->dtypes, self->dtypes_ver, 1)) {
-            dtname = self->last_dtname; /* the dtype named last, the names unchanged since */
-        } else {
-            dtname = PyDict_GetItemWithError(self->dtypes, dt); /* borrowed */
-            if (dtname != NULL) {
-                Py_INCREF(dt);
-                Py_XSETREF(self->last_dt, dt);
-                Py_INCREF(dtname);
-                Py_XSETREF(self->last_dtname, dtname);
-                self->dtypes_ver = version_of(self->dtypes);
-            }
-        }
-        Py_DECREF(dt);
-        if (dtname == NULL || !PyUnicode_CheckExact(dtname) || PyUnicode_GET_LENGTH(dtname) == 0) {
-            dtname = NULL;
-            goto slow_clear; /* a dtype without a known name: Python names it */
-        }
-        Py_INCREF(dtname);
-        if ((shape = tensor_field(self, x, self->get_shape, s_shape)) == NULL) goto slow_clear;
-        if (e->x == NULL && read_under == drains && PyType_HasFeature(Py_TYPE(x), Py_TPFLAGS_VALID_VERSION_TAG)) {
-            e->version = Py_TYPE(x)->tp_version_tag;
-            e->x = x;
-            e->nbytes = nbytes;
-            e->dtname = dtname;
-            e->shape = shape;
-            Py_INCREF(x);
-            Py_INCREF(nbytes);
-            Py_INCREF(dtname);
-            Py_INCREF(shape);
-        }
+        if (ring_fields(self, x, &nbytes, &dtname, &shape) < 0) goto slow_clear;
     }
-fields_read:
     Py_INCREF(peer);
 
     /* ---- the record: from here a failure runs the call unrecorded */
@@ -899,8 +922,7 @@ static int take_start(PyObject *recs, Py_ssize_t i, PyObject *rec, PyObject *op_
  * at. (The C wrapper alone makes folded ops and lists with the bytes read: where
  * this is not built, neither is it.) */
 static PyObject *fast_drain(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
-    drains++; /* from here no start popped for this drain gets its end folded in */
-    forget_seen();
+    drained(); /* from here no start popped for this drain gets its end folded in */
     Py_ssize_t ix[5];
     if (nargs != 6 || !PyList_CheckExact(args[0]) || !PyDict_CheckExact(args[1]) || !PyTuple_CheckExact(args[5]) ||
         PyTuple_GET_SIZE(args[5]) != 5)
@@ -990,8 +1012,7 @@ static PyObject *deque_type; /* collections.deque: take() takes nothing else */
 static PyObject *take(PyObject *mod, PyObject *queue) {
     if (deque_type == NULL || !Py_IS_TYPE(queue, (PyTypeObject *)deque_type))
         return PyErr_Format(PyExc_TypeError, "take() takes a collections.deque");
-    drains++; /* what it takes is the drain's: no end is folded into it from here (see fast_drain) */
-    forget_seen();
+    drained(); /* what it takes is the drain's: no end is folded into it from here */
     PyObject *out = PySequence_List(queue);
     if (out == NULL) return NULL;
     PyObject *r = PyObject_CallMethodNoArgs(queue, s_clear);
