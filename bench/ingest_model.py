@@ -4,12 +4,15 @@ put into a live model (flows on) in one process, one thread. Separates what the
 model and the decoder cost from what zmq, the server and the GIL cost.
 
     python bench/ingest_model.py --ranks 64 [--rounds 40] [--steps 64] [--mode batches|each|decode|decode-kept]
+                                 [--decoder columns|objects]
 
 Modes: `batches` queues decoded frames and hands them on as `watcher.LiveFeed` does
 (`Model.ingest_many`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
 next); `each` puts every event in on its own (`Model.ingest`); `decode` only decodes,
 each frame freed at once; `decode-kept` decodes and keeps `DRAIN_EVENTS` events alive,
-as the queue does. Last line: events per CPU-second.
+as the queue does. `--decoder columns` (the watcher's: `model.store.decode_frame`,
+frames read straight into columns, joined into an `EventStore`) or `objects`
+(msgspec Structs, as before). Last line: events per CPU-second.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commviz.events import GroupDef, Hello, OpEnd, OpStart, decode_batch, encode_batch  # noqa: E402
+from commviz.events import GroupDef, Hello, OpEnd, OpStart, batch_len, decode_batch, encode_batch  # noqa: E402
 from commviz.model.state import Model  # noqa: E402
+from commviz.model.store import EventStore, decode_frame  # noqa: E402
 from commviz.watcher import DRAIN_EVENTS  # noqa: E402
 
 
@@ -44,7 +48,7 @@ def frames(world: int, rounds: int, steps: int) -> tuple[list[bytes], list[bytes
     return hellos, out
 
 
-def run(world: int, rounds: int, steps: int, mode: str) -> tuple[int, float]:
+def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns") -> tuple[int, float]:
     hellos, data = frames(world, rounds, steps)
     m = Model()
     for f in hellos:
@@ -52,23 +56,36 @@ def run(world: int, rounds: int, steps: int, mode: str) -> tuple[int, float]:
         for ev in b.events:
             m.ingest(b.rank, ev)
     n = sum(len(decode_batch(f).events) for f in data)
+    decode = decode_frame if decoder == "columns" else decode_batch
     t0 = time.process_time()
     if mode == "decode":
         for f in data:
-            decode_batch(f)
+            decode(f)
     elif mode == "decode-kept":
         kept, held = [], 0
         for f in data:
-            b = decode_batch(f)
+            b = decode(f)
             kept.append(b)
-            held += len(b.events)
+            held += batch_len(b)
             if held >= DRAIN_EVENTS:
                 kept, held = [], 0
     elif mode == "each":
         for f in data:
-            b = decode_batch(f)
+            b = decode(f)
             for ev in b.events:
                 m.ingest(b.rank, ev)
+    elif decoder == "columns":  # as watcher.LiveFeed drains
+        queue, held, carry = [], 0, EventStore.join([])
+        for f in data:
+            b = decode(f)
+            queue.append(b)
+            held += batch_len(b)
+            if held >= DRAIN_EVENTS:
+                store = EventStore.join([carry, *queue])
+                done = m.ingest_many(store.rank, store, settle=True)
+                queue, held, carry = [], 0, store[done:]
+        store = EventStore.join([carry, *queue])
+        m.ingest_many(store.rank, store)
     else:
         ranks: list[int] = []
         events: list = []
@@ -92,9 +109,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=40, help="rounds of frames, one per rank each")
     ap.add_argument("--steps", type=int, default=64, help="all_reduce steps per frame (bench/ingest.py: 64)")
     ap.add_argument("--mode", choices=("batches", "each", "decode", "decode-kept"), default="batches")
+    ap.add_argument("--decoder", choices=("columns", "objects"), default="columns")
     args = ap.parse_args()
-    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode)
-    print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}: {n:,} events in {cpu:.2f} s CPU: "
+    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder)
+    print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}, {args.decoder}: {n:,} events in {cpu:.2f} s CPU: "
           f"{n / cpu:,.0f} events per cpu-second")
 
 

@@ -248,6 +248,13 @@ class Batch(msgspec.Struct, array_like=True):
     events: list[Event]
 
 
+def batch_len(b) -> int:
+    """How many events a decoded frame holds: a `Batch`, or a frame read into columns
+    (`model.store.ColFrame`, whose `count` says it without making its events)."""
+    n = getattr(b, "count", None)
+    return len(b.events) if n is None else n
+
+
 class FrameError(ValueError):
     """A frame that is not a valid batch; the message says why."""
 

@@ -9,10 +9,11 @@ import socket
 import threading
 import time
 
-from commviz.events import Batch
+from commviz.events import Batch, batch_len
 from commviz.model import Model
 from commviz.model.diagnosis import RankStatus
 from commviz.model.overload import Overload
+from commviz.model.store import EventStore, decode_frame
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
 
@@ -70,7 +71,7 @@ class LiveFeed:
                  ring_dir: str | None = None, token: str | None = None) -> None:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self._queue: list[Batch] = []  # frames not yet in the model, in arrival order
-        self._carry: tuple[list[int], list] = ([], [])  # (ranks, events) a drain left for the next
+        self._carry = EventStore.join([])  # the events a drain left for the next
         self._carried_at = 0.0  # monotonic time the newest carry was left
         self._queued = 0  # events in them
         self._queued_at = 0.0  # monotonic time the oldest arrived
@@ -84,7 +85,7 @@ class LiveFeed:
         self._unsynced = 0  # error lines the model has not counted yet
         self.host = socket.gethostname()
         self.started = time.monotonic()
-        self.server = Server(addr, self._on_batch, self._on_error, token=token)
+        self.server = Server(addr, self._on_batch, self._on_error, token=token, decode=decode_frame)
         self.addr = self.server.addr
         self._stop = threading.Event()
         self._liveness = threading.Thread(target=self._watch_pids, name="commviz-liveness", daemon=True)
@@ -108,7 +109,7 @@ class LiveFeed:
                 if not self._queue:
                     self._queued_at = time.monotonic()
                 self._queue.append(batch)
-                self._queued += len(batch.events)
+                self._queued += batch_len(batch)
                 due = self._queued >= DRAIN_EVENTS
             if due:
                 self._drain_locked(force=False)
@@ -124,28 +125,26 @@ class LiveFeed:
         are half-way stay for the next batch (`columns.settle_point`), so most
         collectives reach the model whole."""
         with self._qlock:
-            if not self._queue and self._carry[1] and time.monotonic() - self._carried_at >= DRAIN_S:
+            if not self._queue and len(self._carry) and time.monotonic() - self._carried_at >= DRAIN_S:
                 # Nothing more has come (a frozen job, a hung one): what a drain held
                 # back for the next batch goes in whole, often the very op that hangs.
                 force = True
-            if not (self._queue or force and self._carry[1]):
+            if not (self._queue or force and len(self._carry)):
                 return
             if not (force or time.monotonic() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
                 return
             queue, self._queue, self._queued = self._queue, [], 0
-        ranks, events = self._carry
-        for b in queue:
-            ranks += [b.rank] * len(b.events)
-            events += b.events
-        if len({b.rank for b in queue}) < self.model.world_size and not self._carry[1]:
+        events = EventStore.join([self._carry, *queue] if len(self._carry) else queue)
+        ranks = events.rank
+        if len({b.rank for b in queue}) < self.model.world_size and not len(self._carry):
             # Not every rank is in the batch: no collective of the world can be whole
-            # in it, and building its columns would cost more than it saves.
-            for r, ev in zip(ranks, events):
+            # in it, and the batch path's planning would cost more than it saves.
+            for r, ev in zip(ranks.tolist(), events):
                 self.model.ingest(r, ev)
             done = len(events)
         else:
             done = self.model.ingest_many(ranks, events, settle=not force)
-        self._carry = (ranks[done:], events[done:])
+        self._carry = events[done:]
         if done < len(events):
             self._carried_at = time.monotonic()
         with self._qlock:
@@ -154,7 +153,7 @@ class LiveFeed:
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):
-            if self._queue or self._carry[1]:
+            if self._queue or len(self._carry):
                 with self.view_lock:  # drains what has waited DRAIN_S
                     pass
 

@@ -13,6 +13,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <limits.h>
+#include <string.h>
 
 enum { START = 0, END = 1, QUIET = 2, OTHER = 3 };
 enum { S_ID, S_T, S_SEQ, S_OP, S_GROUP, S_BYTES, S_DTYPE, S_ROOT, S_REDUCE, S_N };
@@ -196,9 +198,377 @@ done:
     return ret;
 }
 
+/* ---- A frame decoded straight into columns (model/store.py) ----
+ *
+ * msgspec builds a Struct, its ints and its strings for every event, and the batch
+ * path then reads them back into columns: two thirds of what the watcher spends on an
+ * event. Here the frame's msgpack is read once and each start and end becomes a row
+ * of int64 columns; a start's signature (op, group, bytes, dtype, root, reduce_op)
+ * is built as a tuple once per distinct signature in the frame. Any other event is
+ * handed to msgspec (`decode_one`) and kept as an object.
+ *
+ * It accepts only what msgspec accepts and reads it as msgspec would: anything it is
+ * not sure of (a type it does not expect, an int past 64 bits, an error string, an
+ * event msgspec refuses) declines the whole frame (None), and msgspec decodes it,
+ * with msgspec's errors. */
+enum { R_KIND, R_ID, R_T, R_SEQ, R_SIG, R_ERR, R_EBYTES, R_DEV, R_OFF, R_LEN, R_N };
+#define MAX_SIGS 256
+#define MAX_DEPTH 64
+
+typedef struct {
+    const unsigned char *p, *e;
+} Cur;
+
+static inline unsigned long long be(const unsigned char *q, int n) {
+    unsigned long long v = 0;
+    for (int i = 0; i < n; i++) v = (v << 8) | q[i];
+    return v;
+}
+
+static int rd_int(Cur *c, long long *v) {
+    if (c->p >= c->e) return -1;
+    unsigned char b = *c->p;
+    const unsigned char *q = c->p + 1;
+    Py_ssize_t left = c->e - q;
+    int n;
+    if (b <= 0x7f) {
+        *v = b;
+        n = 0;
+    } else if (b >= 0xe0) {
+        *v = (signed char)b;
+        n = 0;
+    } else {
+        switch (b) {
+        case 0xcc: n = 1; break;
+        case 0xcd: n = 2; break;
+        case 0xce: n = 4; break;
+        case 0xcf: n = 8; break;
+        case 0xd0: n = 1; break;
+        case 0xd1: n = 2; break;
+        case 0xd2: n = 4; break;
+        case 0xd3: n = 8; break;
+        default: return -1;
+        }
+        if (left < n) return -1;
+        unsigned long long u = be(q, n);
+        if (b <= 0xcf) {
+            if (u > (unsigned long long)LLONG_MAX) return -1; /* msgspec takes it; the columns cannot */
+            *v = (long long)u;
+        } else if (n == 1) {
+            *v = (signed char)u;
+        } else if (n == 2) {
+            *v = (short)u;
+        } else if (n == 4) {
+            *v = (int)u;
+        } else {
+            *v = (long long)u;
+        }
+    }
+    c->p = q + n;
+    return 0;
+}
+
+static int rd_str(Cur *c, const char **s, Py_ssize_t *len) {
+    if (c->p >= c->e) return -1;
+    unsigned char b = *c->p;
+    const unsigned char *q = c->p + 1;
+    Py_ssize_t n;
+    if (b >= 0xa0 && b <= 0xbf) {
+        n = b & 0x1f;
+    } else {
+        int h = b == 0xd9 ? 1 : b == 0xda ? 2 : b == 0xdb ? 4 : 0;
+        if (!h || c->e - q < h) return -1;
+        n = (Py_ssize_t)be(q, h);
+        q += h;
+    }
+    if (c->e - q < n) return -1;
+    *s = (const char *)q;
+    *len = n;
+    c->p = q + n;
+    return 0;
+}
+
+static int rd_arr(Cur *c, Py_ssize_t *n) {
+    if (c->p >= c->e) return -1;
+    unsigned char b = *c->p;
+    const unsigned char *q = c->p + 1;
+    if (b >= 0x90 && b <= 0x9f) {
+        *n = b & 0x0f;
+    } else {
+        int h = b == 0xdc ? 2 : b == 0xdd ? 4 : 0;
+        if (!h || c->e - q < h) return -1;
+        *n = (Py_ssize_t)be(q, h);
+        q += h;
+    }
+    c->p = q;
+    return 0;
+}
+
+static int rd_bool(Cur *c, long long *v) {
+    if (c->p >= c->e || (*c->p != 0xc2 && *c->p != 0xc3)) return -1;
+    *v = *c->p == 0xc3;
+    c->p++;
+    return 0;
+}
+
+/* Past one value of any type (its extent only; msgspec judges it). */
+static int skip(Cur *c, int depth) {
+    if (c->p >= c->e || depth > MAX_DEPTH) return -1;
+    unsigned char b = *c->p;
+    const unsigned char *q = c->p + 1;
+    Py_ssize_t n = 0, items = 0;
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+        c->p = q;
+        return 0;
+    }
+    if (b >= 0x80 && b <= 0x8f) items = 2 * (b & 0x0f);
+    else if (b >= 0x90 && b <= 0x9f) items = b & 0x0f;
+    else if (b >= 0xa0 && b <= 0xbf) n = b & 0x1f;
+    else {
+        int h = 0, fixed = -1, ext = 0, kind = 0; /* kind: 0 bytes, 1 array, 2 map */
+        switch (b) {
+        case 0xc4: case 0xd9: h = 1; break;
+        case 0xc5: case 0xda: h = 2; break;
+        case 0xc6: case 0xdb: h = 4; break;
+        case 0xc7: h = 1; ext = 1; break;
+        case 0xc8: h = 2; ext = 1; break;
+        case 0xc9: h = 4; ext = 1; break;
+        case 0xca: fixed = 4; break;
+        case 0xcb: fixed = 8; break;
+        case 0xcc: case 0xd0: fixed = 1; break;
+        case 0xcd: case 0xd1: fixed = 2; break;
+        case 0xce: case 0xd2: fixed = 4; break;
+        case 0xcf: case 0xd3: fixed = 8; break;
+        case 0xd4: fixed = 2; break;
+        case 0xd5: fixed = 3; break;
+        case 0xd6: fixed = 5; break;
+        case 0xd7: fixed = 9; break;
+        case 0xd8: fixed = 17; break;
+        case 0xdc: h = 2; kind = 1; break;
+        case 0xdd: h = 4; kind = 1; break;
+        case 0xde: h = 2; kind = 2; break;
+        case 0xdf: h = 4; kind = 2; break;
+        default: return -1;
+        }
+        if (fixed >= 0) {
+            n = fixed;
+        } else {
+            if (c->e - q < h) return -1;
+            Py_ssize_t v = (Py_ssize_t)be(q, h);
+            q += h;
+            if (kind == 1) items = v;
+            else if (kind == 2) items = 2 * v;
+            else n = v + ext;
+        }
+    }
+    if (c->e - q < n) return -1;
+    c->p = q + n;
+    for (Py_ssize_t i = 0; i < items; i++)
+        if (skip(c, depth + 1) < 0) return -1;
+    return 0;
+}
+
+typedef struct {
+    const char *s[4]; /* op, group, dtype, reduce_op */
+    Py_ssize_t n[4];
+    long long bytes, root;
+} Sig;
+
+static int same_sig(const Sig *a, const Sig *b) {
+    if (a->bytes != b->bytes || a->root != b->root) return 0;
+    for (int i = 0; i < 4; i++)
+        if (a->n[i] != b->n[i] || memcmp(a->s[i], b->s[i], a->n[i])) return 0;
+    return 1;
+}
+
+static PyObject *sig_tuple(const Sig *g) {
+    PyObject *op = PyUnicode_DecodeUTF8(g->s[0], g->n[0], NULL);
+    PyObject *group = op ? PyUnicode_DecodeUTF8(g->s[1], g->n[1], NULL) : NULL;
+    PyObject *dtype = group ? PyUnicode_DecodeUTF8(g->s[2], g->n[2], NULL) : NULL;
+    PyObject *red = dtype ? PyUnicode_DecodeUTF8(g->s[3], g->n[3], NULL) : NULL;
+    PyObject *t = red ? Py_BuildValue("(OOLOLO)", op, group, g->bytes, dtype, g->root, red) : NULL;
+    Py_XDECREF(op);
+    Py_XDECREF(group);
+    Py_XDECREF(dtype);
+    Py_XDECREF(red);
+    return t;
+}
+
+static const char EMPTY[] = "";
+
+/* A start's fields after its tag (k of them), its row filled but for its signature. */
+static int rd_start(Cur *c, Py_ssize_t k, long long *row, Sig *g) {
+    long long x;
+    const char *s;
+    Py_ssize_t n;
+    g->s[2] = g->s[3] = EMPTY;
+    g->n[2] = g->n[3] = 0;
+    g->root = -1;
+    if (rd_int(c, &row[R_ID]) || rd_int(c, &row[R_T]) || rd_str(c, &g->s[0], &g->n[0]) ||
+        rd_str(c, &g->s[1], &g->n[1]) || rd_int(c, &row[R_SEQ]) || rd_int(c, &g->bytes))
+        return -1;
+    for (Py_ssize_t j = 6; j < k; j++) {
+        switch (j) {
+        case 6: if (rd_str(c, &g->s[2], &g->n[2])) return -1; break;
+        case 7: {
+            Py_ssize_t m;
+            if (rd_arr(c, &m)) return -1;
+            for (Py_ssize_t i = 0; i < m; i++)
+                if (rd_int(c, &x)) return -1;
+            break;
+        }
+        case 9: if (rd_int(c, &g->root)) return -1; break;
+        case 10: case 12: if (rd_bool(c, &x)) return -1; break;
+        case 11: if (rd_str(c, &g->s[3], &g->n[3])) return -1; break;
+        default: if (rd_int(c, &x)) return -1; break; /* peer, bucket, params */
+        }
+    }
+    (void)s;
+    (void)n;
+    return 0;
+}
+
+static int rd_end(Cur *c, Py_ssize_t k, long long *row) {
+    long long x;
+    const char *s;
+    Py_ssize_t n;
+    if (rd_int(c, &row[R_ID]) || rd_int(c, &row[R_T])) return -1;
+    for (Py_ssize_t j = 2; j < k; j++) {
+        switch (j) {
+        case 2: /* an error goes the per-event way, read by msgspec */
+            if (rd_str(c, &s, &n) || n) return -1;
+            break;
+        case 3: if (rd_int(c, &row[R_EBYTES])) return -1; break;
+        case 5: if (rd_int(c, &row[R_DEV])) return -1; break;
+        case 7: if (rd_bool(c, &row[R_ERR])) return -1; break;
+        default: if (rd_int(c, &x)) return -1; break; /* peer, enqueue_ns */
+        }
+    }
+    return 0;
+}
+
+/* frame(payload: bytes, max_schema: int, decode_one) -> None, or (schema, rank,
+ * rows: bytes of R_N int64 per event, sigs: the frame's distinct signatures, objs:
+ * the events that are neither starts nor ends, decoded by decode_one). A start's
+ * R_SIG is its signature's index in sigs (a tuple); another event's R_OFF its index in objs (None if none)
+ * (R_LEN -1); a start's or end's R_OFF and R_LEN its bytes in the payload. */
+static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "frame(payload: bytes, max_schema: int, decode_one)");
+        return NULL;
+    }
+    if (start_type == NULL) Py_RETURN_NONE;
+    const unsigned char *base = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Cur c = {base, base + PyBytes_GET_SIZE(args[0])};
+    long long max_schema = PyLong_AsLongLong(args[1]), schema, rank;
+    if (max_schema == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t outer, m;
+    if (rd_arr(&c, &outer) || outer != 3 || rd_int(&c, &schema) || schema > max_schema || rd_int(&c, &rank) ||
+        rank < 0 || rd_arr(&c, &m) || m > (c.e - c.p))
+        Py_RETURN_NONE;
+    PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)m * R_N * 8);
+    PyObject *sigs = PyList_New(0), *objs = PyList_New(0);
+    PyObject *ret = NULL;
+    Sig *seen = NULL;
+    int nsig = 0, last = 0, declined = 0;
+    if (rows == NULL || sigs == NULL || objs == NULL) goto done;
+    seen = PyMem_Malloc(sizeof(Sig) * MAX_SIGS);
+    if (seen == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long *row = (long long *)PyBytes_AS_STRING(rows);
+    for (Py_ssize_t i = 0; i < m; i++, row += R_N) {
+        const unsigned char *at = c.p;
+        Py_ssize_t k;
+        const char *tag;
+        Py_ssize_t tn;
+        row[R_ID] = -1; row[R_T] = 0; row[R_SEQ] = -1; row[R_SIG] = -1;
+        row[R_ERR] = 0; row[R_EBYTES] = -1; row[R_DEV] = -1;
+        row[R_OFF] = at - base;
+        if (rd_arr(&c, &k) || k < 1 || rd_str(&c, &tag, &tn)) goto decline;
+        if (tn == 5 && !memcmp(tag, "start", 5) && k >= 7 && k <= 16) {
+            Sig g;
+            row[R_KIND] = START;
+            if (rd_start(&c, k - 1, row, &g)) goto decline;
+            int hit = -1;
+            if (nsig && same_sig(&seen[last], &g)) hit = last;
+            for (int q = 0; hit < 0 && q < nsig; q++)
+                if (same_sig(&seen[q], &g)) hit = q;
+            if (hit < 0) {
+                if (nsig == MAX_SIGS) goto decline;
+                PyObject *t = sig_tuple(&g);
+                if (t == NULL) {
+                    if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                        PyErr_Clear();
+                        goto decline;
+                    }
+                    goto done;
+                }
+                int bad = PyList_Append(sigs, t);
+                Py_DECREF(t);
+                if (bad) goto done;
+                seen[nsig] = g;
+                hit = nsig++;
+            }
+            last = hit;
+            row[R_SIG] = hit;
+            row[R_LEN] = c.p - at;
+        } else if (tn == 3 && !memcmp(tag, "end", 3) && k >= 3 && k <= 9) {
+            row[R_KIND] = END;
+            if (rd_end(&c, k - 1, row)) goto decline;
+            row[R_LEN] = c.p - at;
+        } else {
+            c.p = at;
+            if (skip(&c, 0)) goto decline;
+            PyObject *one = PyBytes_FromStringAndSize((const char *)at, c.p - at);
+            PyObject *ev = one ? PyObject_CallOneArg(args[2], one) : NULL;
+            Py_XDECREF(one);
+            if (ev == NULL) {
+                if (PyErr_ExceptionMatches(PyExc_MemoryError)) goto done;
+                PyErr_Clear();
+                goto decline;
+            }
+            PyTypeObject *tp = Py_TYPE(ev);
+            row[R_KIND] = OTHER;
+            for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(quiet_types); q++)
+                if ((PyObject *)tp == PyTuple_GET_ITEM(quiet_types, q)) row[R_KIND] = QUIET;
+            row[R_OFF] = PyList_GET_SIZE(objs);
+            row[R_LEN] = -1;
+            int bad = tp == start_type || tp == end_type || PyList_Append(objs, ev) < 0;
+            Py_DECREF(ev);
+            if (bad) {
+                if (PyErr_Occurred()) goto done;
+                goto decline;
+            }
+        }
+        continue;
+    decline:
+        declined = 1;
+        break;
+    }
+    if (declined || c.p != c.e) {
+        ret = Py_None;
+        Py_INCREF(ret);
+    } else {
+        /* a tuple of signatures and None for no objects: most frames then add no
+         * object the cyclic collector tracks but the rows */
+        PyObject *st = PyList_AsTuple(sigs);
+        ret = st ? Py_BuildValue("(LLOOO)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None) : NULL;
+        Py_XDECREF(st);
+    }
+done:
+    PyMem_Free(seen);
+    Py_XDECREF(rows);
+    Py_XDECREF(sigs);
+    Py_XDECREF(objs);
+    return ret;
+}
+
 static PyMethodDef module_methods[] = {
     {"bind", bind, METH_VARARGS, "the event types and their fields' member descriptors"},
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "a batch's columns from its events"},
+    {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL, "a frame's columns from its msgpack"},
     {NULL},
 };
 

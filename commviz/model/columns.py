@@ -31,15 +31,16 @@ from __future__ import annotations
 
 import gc
 from itertools import repeat
-from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, NamedTuple, Sequence
 
 import numpy as np
 
 from commviz import ops as opcat
-from commviz.events import Counters, Mark, OpEnd, OpStart, Sample
+from commviz.events import OpStart
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
+from commviz.model.store import END, OTHER, START, EventStore, _pick, object_columns
+from commviz.model.store import _fastcols, _read, _read_c  # noqa: F401  (tests read them here)
 from commviz.model.straggler import Arrival
 
 if TYPE_CHECKING:
@@ -48,52 +49,12 @@ if TYPE_CHECKING:
 # Kinds a batch may hold and still take the fast path: none of them reads or changes
 # state a fast instance touches (an Audit reads the in-flight table and windows, a
 # Hello moves a clock offset, a GroupDef can complete instances, a Goodbye or Stack
-# is rare enough to go slowly).
-START, END, QUIET, OTHER = 0, 1, 2, 3
-_KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
+# is rare enough to go slowly). The kinds and the readers live in model/store.py.
 MIN_BATCH = 256  # below this the per-event path is as quick
 SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
-
-_id, _t, _seq = attrgetter("id"), attrgetter("t"), attrgetter("seq")
-_SIG = ("op", "group", "bytes", "dtype", "root", "reduce_op")
-_TAIL = ("error", "bytes", "device_ns", "captured")
-_sig, _tail = attrgetter(*_SIG), attrgetter(*_TAIL)
-
-
-def _bind_c():
-    """model/_fastcols.c, handed the event types and where their fields lie; None
-    where it is not built, or the types are not laid out as it reads them."""
-    try:
-        from commviz.model import _fastcols as c
-    except ImportError:
-        return None
-    try:
-        c.bind(OpStart, OpEnd, tuple(k for k, v in _KIND.items() if v == QUIET),
-               tuple(OpStart.__dict__[f] for f in ("id", "t", "seq", *_SIG)),
-               tuple(OpEnd.__dict__[f] for f in ("id", "t", *_TAIL)))
-    except (TypeError, KeyError):
-        return None
-    return c
-
-
-_fastcols = _bind_c()
-
-
-def _pick(events: Sequence, idx: np.ndarray) -> tuple:
-    if len(idx) == 1:
-        return (events[int(idx[0])],)
-    return itemgetter(*idx.tolist())(events) if len(idx) else ()
-
-
-def _interned(keys: list) -> tuple[np.ndarray, list]:
-    """Each key's code (its index among the distinct keys, in first-seen order) and
-    the distinct keys: a batch's starts share a few signatures, its ends a few tails."""
-    table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-    return np.fromiter(map(table.__getitem__, keys), np.int64, len(keys)), list(table)
-
 
 def rank_durations(start_t: np.ndarray, end_t: np.ndarray, device_ns: np.ndarray) -> np.ndarray:
     """Each rank's time in an op, as `Tracker.leave` takes it (`state.device_time_ns`):
@@ -123,23 +84,28 @@ class Deferred:
 class Chunk:
     """Events to ingest in order, as columns.
 
-    `store` holds the event objects in the order they were read, which is the order
-    they lie in memory: their fields are read once, in that order (the CPU's caches
-    reward it; reading them in ingest order, interleaved across ranks, costs twice as
-    much). `at[i]` is the store index of the i-th event to ingest; the columns are in
-    ingest order. `sig` numbers each start's (op, group, bytes, dtype, root,
-    reduce_op) in `sigs`, `tail` each end's (error, bytes, device_ns, captured) in `tails`."""
+    `store` holds the events in the order they were read, which is the order they lie
+    in memory: a list of objects (their fields are read once, in that order: the CPU's
+    caches reward it; reading them in ingest order, interleaved across ranks, costs
+    twice as much) or an `EventStore` (columns already, objects made when asked).
+    `at[i]` is the store index of the i-th event to ingest; the columns are in ingest
+    order. `sig` numbers each start's (op, group, bytes, dtype, root, reduce_op) in
+    `sigs`; `err`, `ebytes`, `dev` are each end's error-or-captured flag, bytes and
+    device time."""
 
     def __init__(self, store: Sequence, ranks: np.ndarray, at: np.ndarray | None = None) -> None:
+        if type(store) is EventStore:
+            cols, sigs = store.columns(), store.sigs
+        else:
+            cols, sigs = object_columns(store)
         m = len(store)
-        kind, ident, t, seq, sig, tail, sigs, tails = _read_c(store) or _read(store)
         if at is None:
             at = np.arange(m, dtype=np.int64)
         else:
-            kind, ident, t, seq, sig, tail, ranks = (c[at] for c in (kind, ident, t, seq, sig, tail, ranks))
-        self.store, self.at = store, at
-        self.kind, self.id, self.t, self.seq, self.sig, self.tail, self.rank = kind, ident, t, seq, sig, tail, ranks
-        self.sigs, self.tails = sigs, tails
+            cols, ranks = tuple(c[at] for c in cols), ranks[at]
+        self.store, self.at, self.sigs = store, at, sigs
+        (self.kind, self.id, self.t, self.seq, self.sig, self.err, self.ebytes, self.dev) = cols
+        self.rank = ranks
 
     def __len__(self) -> int:
         return len(self.at)
@@ -147,60 +113,22 @@ class Chunk:
     def event(self, i: int):
         return self.store[self.at[i]]
 
+    def events(self, idx: np.ndarray) -> list:
+        """The objects of events `idx` (positions in the chunk)."""
+        if type(self.store) is EventStore:
+            return self.store.objects(self.at[idx])
+        return list(_pick(self.store, self.at[idx]))
+
     def part(self, lo: int, hi: int) -> "Chunk":
-        """Events lo..hi-1, sharing the store and the tables."""
+        """Events lo..hi-1, sharing the store and the table."""
         c = object.__new__(Chunk)
-        c.store, c.sigs, c.tails = self.store, self.sigs, self.tails
-        for f in ("at", "kind", "id", "t", "seq", "sig", "tail", "rank"):
+        c.store, c.sigs = self.store, self.sigs
+        for f in _FIELDS:
             setattr(c, f, getattr(self, f)[lo:hi])
         return c
 
 
-def _blank(m: int) -> tuple:
-    """id, t, seq, sig and tail columns for `m` events, as an event that has none of
-    the field leaves them."""
-    return (np.full(m, -1, np.int64), np.zeros(m, np.int64), np.full(m, -1, np.int64), np.full(m, -1, np.int64),
-            np.full(m, -1, np.int64))
-
-
-def _read(store: Sequence) -> tuple:
-    """What a Chunk reads of each event, in store order: kind, id and t (starts and
-    ends), seq and signature code (starts), tail code (ends); and the two tables."""
-    m = len(store)
-    kind = np.fromiter(map(_KIND.get, map(type, store), repeat(OTHER)), np.int8, m)
-    sp = np.flatnonzero(kind == START)
-    ep = np.flatnonzero(kind == END)
-    starts = _pick(store, sp)
-    ends = _pick(store, ep)
-    ident, t, seq, sig, tail = _blank(m)
-    sigs: list = []
-    tails: list = []
-    if starts:
-        ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
-        t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
-        seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
-        sig[sp], sigs = _interned(list(map(_sig, starts)))
-    if ends:
-        ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
-        t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
-        tail[ep], tails = _interned(list(map(_tail, ends)))
-    return kind, ident, t, seq, sig, tail, sigs, tails
-
-
-def _read_c(store: Sequence) -> tuple | None:
-    """`_read` in one pass in C (model/_fastcols.c); None where it is not built or
-    declines (then `_read` does it, and raises what it raises)."""
-    if _fastcols is None or not isinstance(store, (list, tuple)):
-        return None
-    m = len(store)
-    cols = (np.full(m, OTHER, np.int8), *_blank(m))
-    sigs: list = []
-    tails: list = []
-    try:
-        _fastcols.fill(store, *cols, {}, sigs, {}, tails)
-    except Exception:  # an int past 64 bits, an empty slot: the Python reader says what is wrong
-        return None
-    return (*cols, sigs, tails)
+_FIELDS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank")
 
 
 def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:
@@ -211,10 +139,11 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
     after it); returns how many were ingested, the caller keeps the rest and hands
     them on first next time. Without it (or if there is no better point), all."""
     if len(events) < MIN_BATCH or model.keep_ops or model._deferred is not None:
-        _one_by_one(model, ranks, events)
+        _one_by_one(model, ranks.tolist() if isinstance(ranks, np.ndarray) else ranks, events)
         return len(events)
     with no_gc():
-        chunk = Chunk(events, np.fromiter(ranks, np.int64, len(ranks)))
+        rk = ranks if isinstance(ranks, np.ndarray) else np.fromiter(ranks, np.int64, len(ranks))
+        chunk = Chunk(events, rk)
         cut = settle_point(chunk, model.groups) if settle and len(chunk) >= SETTLE_MIN else len(chunk)
         ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
     return cut
@@ -277,11 +206,10 @@ class no_gc:
 
 
 def ingest_chunk(model: Model, chunk: Chunk) -> None:
-    """Every event of `chunk` in order; an event of a kind outside `_KIND` is
+    """Every event of `chunk` in order; an event of a kind outside `store._KIND` is
     ingested on its own, between the batches before and after it."""
     if model.keep_ops or model._deferred is not None:
-        for i in range(len(chunk)):
-            model.ingest(int(chunk.rank[i]), chunk.event(i))
+        _chunk_one_by_one(model, chunk)
         return
     lo = 0
     n = len(chunk)
@@ -302,9 +230,9 @@ def _one_by_one(model: Model, ranks: Sequence[int], events: Sequence) -> None:
 
 
 def _chunk_one_by_one(model: Model, c: Chunk) -> None:
-    ingest, store = model.ingest, c.store
-    for r, k in zip(c.rank.tolist(), c.at.tolist()):
-        ingest(r, store[k])
+    ingest = model.ingest
+    for r, ev in zip(c.rank.tolist(), c.events(np.arange(len(c)))):
+        ingest(r, ev)
 
 
 def _batch(model: Model, c: Chunk) -> None:
@@ -377,13 +305,11 @@ def _columns(c: Chunk) -> _Cols | None:
         return None
     rk = c.rank
     s_id, s_t, s_seq, s_sig = c.id[sp], c.t[sp], c.seq[sp], c.sig[sp]
-    e_id, e_t, e_tail = c.id[ep], c.t[ep], c.tail[ep]
+    e_id, e_t = c.id[ep], c.t[ep]
     table = c.sigs
     s_bytes = np.array([k[2] for k in table], np.int64)[s_sig]
     # an error or a captured op (untimed) goes the per-event way
-    e_err = np.array([bool(k[0]) or bool(k[3]) for k in c.tails], bool)[e_tail]
-    e_bytes = np.array([k[1] for k in c.tails], np.int64)[e_tail]
-    e_dev = np.array([k[2] for k in c.tails], np.int64)[e_tail]
+    e_err, e_bytes, e_dev = c.err[ep], c.ebytes[ep], c.dev[ep]
     s_rank = rk[sp]
     e_rank = rk[ep]
     if (s_id.min() < 0 or s_id.max() >= ID_MAX or rk.min() < 0 or rk.max() >= (1 << (62 - ID_BITS))
@@ -648,7 +574,8 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
 
     order = np.argsort(p.done_pos, kind="stable")
     done = p.done_pos[order].tolist()
-    slow = np.flatnonzero(~p.fast).tolist()
+    slow_at = np.flatnonzero(~p.fast)
+    slow = slow_at.tolist()
     # `Model.on_op`: each fast op handed on at its end's place among the slow events,
     # as the per-event path would
     ended = _fast_ends(c, p) if model.on_op is not None else []
@@ -657,8 +584,8 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     model._deferred = d
     try:
         j, nf = 0, p.nf
-        ingest, store, ranks, at = model.ingest, c.store, c.rank, c.at
-        for pos in slow:
+        ingest, ranks = model.ingest, c.rank[slow_at].tolist()
+        for pos, rank, ev in zip(slow, ranks, c.events(slow_at)):
             while j < nf and done[j] < pos:
                 _complete(model, p, int(order[j]), stats, shed, OpStats)
                 j += 1
@@ -666,7 +593,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
                 on_op(*ended[k][1:])
                 k += 1
             d.pos = pos
-            ingest(int(ranks[pos]), store[at[pos]])
+            ingest(rank, ev)
         while j < nf:
             _complete(model, p, int(order[j]), stats, shed, OpStats)
             j += 1
@@ -685,9 +612,8 @@ def _fast_ends(c: Chunk, p: _Plan) -> list[tuple]:
     """The fast ops in the order of their ends: (end position, rank, OpStart, start
     wall ns, OpEnd, end wall ns), what `Model.on_op` is handed."""
     o = np.argsort(p.e_pos, kind="stable")
-    store, at = c.store, c.at
-    starts = [store[i] for i in at[p.s_pos[o]].tolist()]
-    ends = [store[i] for i in at[p.e_pos[o]].tolist()]
+    starts = c.events(p.s_pos[o])
+    ends = c.events(p.e_pos[o])
     return list(zip(p.e_pos[o].tolist(), p.ur[p.ri[o]].tolist(), starts, p.s_wall[o].tolist(), ends,
                     p.e_wall[o].tolist()))
 

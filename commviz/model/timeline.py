@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from commviz.events import Event, Mark
-from commviz.model.columns import QUIET, START
+from commviz.model.store import QUIET, START
 from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.state import Model
 

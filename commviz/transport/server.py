@@ -25,7 +25,7 @@ from typing import Callable
 
 import zmq
 
-from commviz.events import MAX_WIRE_FRAME, Batch, FrameError, decode_batch
+from commviz.events import MAX_WIRE_FRAME, Batch, FrameError, batch_len, decode_batch
 from commviz.transport import reader
 from commviz.transport import token as tokens
 from commviz.transport.conns import Connections
@@ -103,6 +103,7 @@ class Server:
         max_peers: int = MAX_PEERS,
         queue_bytes: int = QUEUE_BYTES,
         max_connections: int = MAX_CONNECTIONS,
+        decode: Callable[[bytes], Batch] = decode_batch,
     ) -> None:
         kind, rest = parse(addr)
         self.addr = addr
@@ -117,6 +118,9 @@ class Server:
         self.cpu_s = 0.0  # CPU time the reader thread used, for the flood bench
         self._rate: dict[bytes, list] = {}  # peer -> [window start, frames in window]
         self._on_batch = on_batch
+        # The watcher's `model.store.decode_frame` reads frames into columns; a relay,
+        # which re-encodes events, takes them as objects.
+        self._decode = decode
         self._inbox = Inbox(queue_bytes, self._deliver, on_error)
         # Acks owed, one identity per frame dealt with. The ingest thread appends and
         # wakes the reader through a pipe (only the reader may use the zmq socket).
@@ -256,7 +260,7 @@ class Server:
                     turned = self._reject(ident, now, payload, where)
                 continue
             try:
-                batch = decode_batch(payload)
+                batch = self._decode(payload)
             except FrameError:
                 turned = self._reject(ident, now, payload, where)
                 continue
@@ -331,7 +335,7 @@ class Server:
             self._shed(ident, now, f"over {self.flood_limit} frames/s")
             self._acks.append(ident)
             return False
-        if not self._inbox.put((batch, payload, ident), cost(payload, len(batch.events))):
+        if not self._inbox.put((batch, payload, ident), cost(payload, batch_len(batch))):
             self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
             self._acks.append(ident)
             return False

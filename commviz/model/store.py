@@ -1,0 +1,325 @@
+"""Events as the columns the batch path reads, each event's object made only when
+something asks for it.
+
+The batch path (`model/columns.py`) needs a few fields of each start and end; the
+per-event path needs objects. Decoding every event into a msgspec Struct, then
+reading its fields back into columns, was two thirds of what the watcher spent on an
+event. A frame from the wire is instead read straight into rows of int64 columns
+(`model/_fastcols.c`'s `frame`, where it is built): a `ColFrame`. Only the events the
+per-event path takes (hellos, p2p, errors, instances cut by a batch's edge) become
+objects, each decoded from its own bytes when asked (`EventStore.objects`).
+
+An `EventStore` is a run of frames (columnar or decoded) and of other stores, in one
+order: its columns and, per event, where its object comes from. `Chunk` takes one as
+it takes a list of events.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from operator import attrgetter, itemgetter
+from typing import Sequence
+
+import msgspec
+import numpy as np
+
+from commviz.events import SCHEMA_VERSION, Batch, Counters, Event, Mark, OpEnd, OpStart, Sample, decode_batch
+
+# Kinds a batch may hold and still take the fast path (columns.py says why).
+START, END, QUIET, OTHER = 0, 1, 2, 3
+_KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
+
+# A decoded frame's rows: R_N int64 per event (model/_fastcols.c writes them).
+R_KIND, R_ID, R_T, R_SEQ, R_SIG, R_ERR, R_EBYTES, R_DEV, R_OFF, R_LEN, R_N = range(11)
+
+_id, _t, _seq = attrgetter("id"), attrgetter("t"), attrgetter("seq")
+_SIG = ("op", "group", "bytes", "dtype", "root", "reduce_op")
+_TAIL = ("error", "bytes", "device_ns", "captured")
+_sig, _tail = attrgetter(*_SIG), attrgetter(*_TAIL)
+_one = msgspec.msgpack.Decoder(Event)
+
+
+def _bind_c():
+    """model/_fastcols.c, handed the event types and where their fields lie; None
+    where it is not built, or the types are not laid out as it reads them."""
+    try:
+        from commviz.model import _fastcols as c
+    except ImportError:
+        return None
+    try:
+        c.bind(OpStart, OpEnd, tuple(k for k, v in _KIND.items() if v == QUIET),
+               tuple(OpStart.__dict__[f] for f in ("id", "t", "seq", *_SIG)),
+               tuple(OpEnd.__dict__[f] for f in ("id", "t", *_TAIL)))
+    except (TypeError, KeyError):
+        return None
+    return c
+
+
+_fastcols = _bind_c()
+_frame = getattr(_fastcols, "frame", None)
+
+
+class ColFrame(msgspec.Struct, gc=False):
+    """A valid frame read into rows (`_fastcols.frame`): `rows` R_N int64 per event,
+    `sigs` its starts' distinct signatures, `objs` its events that are neither starts
+    nor ends (None if none). `events` decodes the whole frame, for code that wants
+    objects. Not tracked by the cyclic collector (it holds no cycle): a queue of
+    thousands of frames would otherwise be walked at every collection."""
+
+    payload: bytes
+    schema: int
+    rank: int
+    rows: bytes
+    sigs: tuple
+    objs: list | None
+    count: int = 0
+    decoded: list | None = None
+
+    def __post_init__(self) -> None:
+        self.count = len(self.rows) // (8 * R_N)
+
+    @property
+    def events(self) -> list:
+        if self.decoded is None:
+            self.decoded = decode_batch(self.payload).events
+        return self.decoded
+
+
+def decode_frame(payload: bytes) -> Batch | ColFrame:
+    """`decode_batch`, as columns where the C reader takes the frame: the same events,
+    the same validation (it declines what it is not sure of, and msgspec judges)."""
+    if _frame is not None:
+        got = _frame(payload, SCHEMA_VERSION, _one.decode)
+        if got is not None:
+            return ColFrame(payload, *got)
+    return decode_batch(payload)
+
+
+def _blank(m: int) -> tuple:
+    """id, t, seq and sig columns for `m` events, as an event that has none of the
+    field leaves them."""
+    return np.full(m, -1, np.int64), np.zeros(m, np.int64), np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+
+
+def _pick(events: Sequence, idx: np.ndarray) -> tuple:
+    if len(idx) == 1:
+        return (events[int(idx[0])],)
+    return itemgetter(*idx.tolist())(events) if len(idx) else ()
+
+
+def _interned(keys: list) -> tuple[np.ndarray, list]:
+    """Each key's code (its index among the distinct keys, in first-seen order) and
+    the distinct keys: a batch's starts share a few signatures, its ends a few tails."""
+    table = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return np.fromiter(map(table.__getitem__, keys), np.int64, len(keys)), list(table)
+
+
+def _read(store: Sequence) -> tuple:
+    """What a Chunk reads of each event object, in store order: kind, id and t (starts
+    and ends), seq and signature code (starts), tail code (ends); and the two tables."""
+    m = len(store)
+    kind = np.fromiter(map(_KIND.get, map(type, store), repeat(OTHER)), np.int8, m)
+    sp = np.flatnonzero(kind == START)
+    ep = np.flatnonzero(kind == END)
+    starts = _pick(store, sp)
+    ends = _pick(store, ep)
+    ident, t, seq, sig = _blank(m)
+    tail = np.full(m, -1, np.int64)
+    sigs: list = []
+    tails: list = []
+    if starts:
+        ident[sp] = np.fromiter(map(_id, starts), np.int64, len(sp))
+        t[sp] = np.fromiter(map(_t, starts), np.int64, len(sp))
+        seq[sp] = np.fromiter(map(_seq, starts), np.int64, len(sp))
+        sig[sp], sigs = _interned(list(map(_sig, starts)))
+    if ends:
+        ident[ep] = np.fromiter(map(_id, ends), np.int64, len(ep))
+        t[ep] = np.fromiter(map(_t, ends), np.int64, len(ep))
+        tail[ep], tails = _interned(list(map(_tail, ends)))
+    return kind, ident, t, seq, sig, tail, sigs, tails
+
+
+def _read_c(store: Sequence) -> tuple | None:
+    """`_read` in one pass in C (model/_fastcols.c); None where it is not built or
+    declines (then `_read` does it, and raises what it raises)."""
+    if _fastcols is None or not isinstance(store, (list, tuple)):
+        return None
+    m = len(store)
+    cols = (np.full(m, OTHER, np.int8), *_blank(m), np.full(m, -1, np.int64))
+    sigs: list = []
+    tails: list = []
+    try:
+        _fastcols.fill(store, *cols, {}, sigs, {}, tails)
+    except Exception:  # an int past 64 bits, an empty slot: the Python reader says what is wrong
+        return None
+    return (*cols, sigs, tails)
+
+
+def object_columns(store: Sequence) -> tuple:
+    """Event objects' columns as a Chunk reads them: kind, id, t, seq, sig, err, ebytes,
+    dev (an end's: an error or a captured op, its bytes, its device time), and the
+    signature table `sig` indexes."""
+    kind, ident, t, seq, sig, tail, sigs, tails = _read_c(store) or _read(store)
+    m = len(kind)
+    err, ebytes, dev = np.zeros(m, bool), np.full(m, -1, np.int64), np.full(m, -1, np.int64)
+    if tails:
+        e = np.flatnonzero(tail >= 0)
+        codes = tail[e]
+        err[e] = np.array([bool(k[0]) or bool(k[3]) for k in tails], bool)[codes]
+        ebytes[e] = np.array([k[1] for k in tails], np.int64)[codes]
+        dev[e] = np.array([k[2] for k in tails], np.int64)[codes]
+    return (kind, ident, t, seq, sig, err, ebytes, dev), sigs
+
+
+_COLS = ("kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank", "src", "pos", "off", "len")
+
+
+class EventStore:
+    """Events of frames in one order, as columns; `store[i]` (or `objects(idx)`, many at
+    once) makes the i-th event's object. Per event: `src` its frame (an index into
+    `frames`), `pos` its index among that frame's events, `off`/`len` its bytes in the
+    frame's payload (`len` -1: an object the frame already holds, `objs[off]` of a
+    ColFrame)."""
+
+    __slots__ = _COLS + ("frames", "sigs")
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def columns(self) -> tuple:
+        return self.kind, self.id, self.t, self.seq, self.sig, self.err, self.ebytes, self.dev
+
+    @classmethod
+    def join(cls, parts: Sequence) -> EventStore:
+        """The events of `parts` (ColFrames, decoded Batches, EventStores) in order."""
+        frames: list = []
+        table: dict = {}
+        blocks: list[tuple] = []
+        run: list[ColFrame] = []
+        for p in parts:
+            if type(p) is ColFrame:
+                run.append(p)
+                continue
+            if run:
+                blocks.append(_col_block(run, frames, table))
+                run = []
+            if type(p) is EventStore:
+                blocks.append(_store_block(p, frames, table))
+            else:
+                blocks.append(_object_block(p, frames, table))
+        if run:
+            blocks.append(_col_block(run, frames, table))
+        s = object.__new__(cls)
+        s.frames, s.sigs = frames, list(table)
+        if len(blocks) == 1:
+            cols = blocks[0]
+        elif blocks:
+            cols = [np.concatenate(c) for c in zip(*blocks)]
+        else:
+            cols = [np.zeros(0, np.int8 if f == "kind" else bool if f == "err" else np.int64) for f in _COLS]
+        for f, c in zip(_COLS, cols):
+            setattr(s, f, c)
+        return s
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self._sub(i)
+        return self.objects(np.array([i]))[0]
+
+    def __iter__(self):
+        return iter(self.objects(np.arange(len(self))))
+
+    def take(self, idx: np.ndarray) -> EventStore:
+        return self._sub(idx)
+
+    def _sub(self, sel) -> EventStore:
+        s = object.__new__(EventStore)
+        s.frames, s.sigs = self.frames, self.sigs
+        for f in _COLS:
+            setattr(s, f, getattr(self, f)[sel])
+        return s
+
+    def objects(self, idx: np.ndarray) -> list:
+        """The objects of events `idx`: those a frame holds as it is, the rest decoded
+        each from its own bytes (a frame already decoded whole is read from)."""
+        frames, out = self.frames, []
+        one = _one.decode
+        src = self.src[idx]
+        if len(src) > 64:  # a frame asked for half its events or more is decoded whole (msgspec's batch speed)
+            asked = np.bincount(src, minlength=len(frames))
+            for f in np.flatnonzero(asked >= 8).tolist():
+                fr = frames[f]
+                if type(fr) is ColFrame and fr.decoded is None and 2 * asked[f] >= fr.count:
+                    fr.events  # noqa: B018  (decodes and keeps them)
+        for f, p, o, n in zip(src.tolist(), self.pos[idx].tolist(), self.off[idx].tolist(),
+                              self.len[idx].tolist()):
+            fr = frames[f]
+            if type(fr) is not ColFrame:
+                out.append(fr.events[p])
+            elif fr.decoded is not None:
+                out.append(fr.decoded[p])
+            elif n < 0:
+                out.append(fr.objs[o])
+            else:
+                out.append(one(fr.payload[o:o + n]))
+        return out
+
+
+def _col_block(run: list[ColFrame], frames: list, table: dict) -> tuple:
+    """The columns of consecutive ColFrames: their rows joined, each start's signature
+    renumbered into `table`."""
+    base = len(frames)
+    frames.extend(run)
+    rows = np.frombuffer(b"".join([f.rows for f in run]), np.int64).reshape(-1, R_N)
+    counts = np.fromiter((f.count for f in run), np.int64, len(run))
+    lut, first = [], []
+    for f in run:
+        first.append(len(lut))
+        lut += [table.setdefault(k, len(table)) for k in f.sigs]
+    src = np.repeat(np.arange(base, base + len(run), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    pos = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
+    local = rows[:, R_SIG]
+    sig = np.full(len(rows), -1, np.int64)
+    if lut:
+        s = np.flatnonzero(local >= 0)
+        sig[s] = np.array(lut, np.int64)[np.repeat(np.array(first, np.int64), counts)[s] + local[s]]
+    rank = np.repeat(np.fromiter((f.rank for f in run), np.int64, len(run)), counts)
+    return (rows[:, R_KIND].astype(np.int8), rows[:, R_ID].copy(), rows[:, R_T].copy(), rows[:, R_SEQ].copy(), sig,
+            rows[:, R_ERR] != 0, rows[:, R_EBYTES].copy(), rows[:, R_DEV].copy(), rank, src, pos,
+            rows[:, R_OFF].copy(), rows[:, R_LEN].copy())
+
+
+def _object_block(b, frames: list, table: dict) -> tuple:
+    """The columns of a decoded frame (anything with `rank` and `events`)."""
+    evs = b.events
+    (kind, ident, t, seq, sig, err, ebytes, dev), sigs = object_columns(evs)
+    m = len(evs)
+    if sigs:
+        lut = np.array([table.setdefault(k, len(table)) for k in sigs], np.int64)
+        s = np.flatnonzero(sig >= 0)
+        sig[s] = lut[sig[s]]
+    frames.append(b)
+    return (kind, ident, t, seq, sig, err, ebytes, dev, np.full(m, b.rank, np.int64),
+            np.full(m, len(frames) - 1, np.int64), np.arange(m, dtype=np.int64), np.zeros(m, np.int64),
+            np.full(m, -1, np.int64))
+
+
+def _store_block(st: EventStore, frames: list, table: dict) -> tuple:
+    """An EventStore's columns, renumbered into the new frames and signatures; only
+    the frames and signatures its events still use go on (a carried tail must not
+    keep every frame of the batch it came from)."""
+    used = np.zeros(len(st.frames), bool)
+    used[st.src] = True
+    keep = np.flatnonzero(used)
+    src = (np.cumsum(used) - 1 + len(frames))[st.src]
+    frames.extend(itemgetter(*keep.tolist())(st.frames) if len(keep) > 1 else [st.frames[int(k)] for k in keep])
+    sig = st.sig
+    s = np.flatnonzero(sig >= 0)
+    if len(s):
+        lut = np.full(len(st.sigs), -1, np.int64)
+        for k in np.unique(sig[s]).tolist():
+            lut[k] = table.setdefault(st.sigs[k], len(table))
+        sig = sig.copy()
+        sig[s] = lut[sig[s]]
+    return (st.kind, st.id, st.t, st.seq, sig, st.err, st.ebytes, st.dev, st.rank, src, st.pos, st.off, st.len)
