@@ -4,7 +4,7 @@ put into a live model (flows on) in one process, one thread. Separates what the
 model and the decoder cost from what zmq, the server and the GIL cost.
 
     python bench/ingest_model.py --ranks 64 [--rounds 40] [--steps 64] [--mode batches|each|decode|decode-kept]
-                                 [--decoder columns|objects]
+                                 [--decoder columns|objects] [--drop P]
 
 Modes: `batches` queues decoded frames and hands them on as `watcher.LiveFeed` does
 (`Model.ingest_many`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
@@ -12,12 +12,15 @@ next); `each` puts every event in on its own (`Model.ingest`); `decode` only dec
 each frame freed at once; `decode-kept` decodes and keeps `DRAIN_EVENTS` events alive,
 as the queue does. `--decoder columns` (the watcher's: `model.store.decode_frame`,
 frames read straight into columns, joined into an `EventStore`) or `objects`
-(msgspec Structs, as before). Last line: events per CPU-second.
+(msgspec Structs, as before). `--drop P`: a share P of the op frames never arrives (a
+client's queue full), as when producers outrun the watcher. Last line: events per
+CPU-second.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import os
 import sys
 import time
@@ -48,8 +51,12 @@ def frames(world: int, rounds: int, steps: int) -> tuple[list[bytes], list[bytes
     return hellos, out
 
 
-def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns") -> tuple[int, float]:
+def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns",
+        drop: float = 0.0) -> tuple[int, float]:
     hellos, data = frames(world, rounds, steps)
+    if drop:
+        rng = random.Random(0)
+        data = [f for f in data if rng.random() >= drop]
     m = Model()
     for f in hellos:
         b = decode_batch(f)
@@ -110,9 +117,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=64, help="all_reduce steps per frame (bench/ingest.py: 64)")
     ap.add_argument("--mode", choices=("batches", "each", "decode", "decode-kept"), default="batches")
     ap.add_argument("--decoder", choices=("columns", "objects"), default="columns")
+    ap.add_argument("--drop", type=float, default=0.0, help="share of op frames lost on the way")
     args = ap.parse_args()
-    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder)
-    print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}, {args.decoder}: {n:,} events in {cpu:.2f} s CPU: "
+    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder, args.drop)
+    lost = f", {args.drop:.1%} of frames lost" if args.drop else ""
+    print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}, {args.decoder}{lost}: {n:,} events in {cpu:.2f} s CPU: "
           f"{n / cpu:,.0f} events per cpu-second")
 
 

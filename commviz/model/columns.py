@@ -273,7 +273,7 @@ def _plan(model: Model, c: Chunk):
     ok = _fast_mask(model, x, sigs, inst, m.start_ok)
     if not ok.any():  # nothing to gain (under a flood of dropped frames, no instance is whole): no halves either
         return None
-    if _would_sweep(model, x, sigs, r, m):
+    if _would_sweep(model, x, sigs, r, m, inst, ok):
         return "split" if len(c) >= 2 * MIN_BATCH else None
     return _build_plan(c, x, sigs, r, m, inst, ok)
 
@@ -346,8 +346,9 @@ def _signatures(model: Model, table: list) -> _Sigs:
 
 class _Ranks(NamedTuple):
     """Per rank of the batch's starts (`ur`, sorted): its start count, id floor, state,
-    clock offset and whether its starts can go fast; `skey` each start's (rank, id),
-    `s_ri` each start's index into `ur`."""
+    clock offset and whether its starts can go fast, and whether its ids run on from
+    the floor without a gap; `skey` each start's (rank, id), `s_ri` each start's index
+    into `ur`; `ids`, from `first`, each rank's ids in order."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
@@ -357,11 +358,17 @@ class _Ranks(NamedTuple):
     states: list
     rank_ok: np.ndarray
     s_ri: np.ndarray
+    run_on: np.ndarray
+    ids: np.ndarray
+    first: np.ndarray
 
 
 def _rank_floors(model: Model, x: _Cols) -> _Ranks:
-    """Ranks whose op ids in the batch run on from their floor without gap or repeat:
-    no start is a duplicate and SeenIds ends as floor + count whatever the order."""
+    """Ranks whose op ids in the batch are new and distinct: all above the highest seen
+    (`_floors`), none twice. Then no start is a duplicate, and SeenIds ends the same
+    whatever the order they are added in (`_seen_ids`). A gap among them (a frame
+    lost on the way) costs only the instances that frame's ops belonged to: the
+    rank's other ops still go fast."""
     s_rank, s_id = x.s_rank, x.s_id
     skey = (s_rank << ID_BITS) | s_id
     order = np.argsort(skey, kind="stable")
@@ -375,16 +382,15 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
     lo_id = ids_sorted[first]
     hi_id = ids_sorted[first + cnt - 1]
     floors, gapped, offsets, states = _floors(model, ur, cnt)
-    # The ids run on from the highest seen without gap or repeat: none is a duplicate
-    # and SeenIds ends the same whatever the order they are added in.
-    rank_ok = (floors > -2) & (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
+    rank_ok = (floors > -2) & (lo_id > floors)
+    run_on = (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
     if not distinct_ok:
         dup = np.zeros(len(sk), bool)
         dup[1:] = np.diff(sk) == 0
         bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
-    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri)
+    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri, run_on, ids_sorted, first)
 
 
 def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
@@ -459,12 +465,15 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
     return _Inst(coll, uk, inv, icnt)
 
 
-def _would_sweep(model: Model, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends) -> bool:
+def _would_sweep(model: Model, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray) -> bool:
     """No sweep of stale instances may run inside the batch (it would in the per-event
-    path at some count of open instances): bound how many can be open at once."""
+    path at some count of open instances): bound how many can be open at once. Only
+    the slow starts open instances (`model.pending`); a fast instance never does."""
     s_sig, s_seq = x.s_sig, x.s_seq
     entered = (sigs.sig_group[s_sig] << ID_BITS) | s_seq
-    opened = len(np.unique(entered[sigs.sig_np2p[s_sig] & (s_seq >= 0)]))
+    slow = sigs.sig_np2p[s_sig] & (s_seq >= 0)
+    slow[inst.coll[ok[inst.inv]]] = False
+    opened = len(np.unique(entered[slow]))
     unmatched = len(x.ep) - int(np.isin(m.ekey, r.skey).sum())  # may re-open an instance
     return len(model.pending) + opened + unmatched > model._sweep_at
 
@@ -519,7 +528,7 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     p.fast[sp[fs]] = True
     p.fast[ep[fe]] = True
     p.ur, p.rank_ok, p.floors, p.cnt, p.states, p.offsets = r.ur, r.rank_ok, r.floors, r.cnt, r.states, offsets
-    p.gapped = r.gapped
+    p.gapped, p.run_on, p.ids, p.first = r.gapped, r.run_on, r.ids, r.first
     ri = r.s_ri[fs]
     p.ri = ri
     p.s_pos, p.e_pos = sp[fs], ep[fe]
@@ -670,14 +679,31 @@ def _sums(model: Model, p: _Plan) -> None:
         cell[1] += b
         if sq > r.seqs.get(group, -1):
             r.seqs[group] = sq
+    _seen_ids(p)
+
+
+def _seen_ids(p: _Plan) -> None:
+    """Each rank's SeenIds as adding its batch's ids one by one leaves it (the slow
+    path has added some of them already; the result does not depend on the order)."""
     for i in np.flatnonzero(p.rank_ok).tolist():
-        sid = states[i].seen_ids
-        top = int(p.floors[i] + p.cnt[i])
-        if p.gapped[i]:
-            sid.above.update(range(int(p.floors[i]) + 1, top + 1))
+        sid = p.states[i].seen_ids
+        floor = int(p.floors[i])
+        if p.run_on[i]:
+            top = floor + int(p.cnt[i])
+            if p.gapped[i]:
+                sid.above.update(range(floor + 1, top + 1))
+            else:
+                sid.floor = top
+                sid.above.clear()
         else:
-            sid.floor = top
-            sid.above.clear()
+            ids = p.ids[p.first[i]:p.first[i] + p.cnt[i]]
+            top = int(ids[-1])
+            if p.gapped[i]:  # above the old top: every one joins `above`
+                sid.above.update(ids.tolist())
+            else:  # the run that goes on from the floor moves it; the rest waits above the gap
+                run = int(np.argmin(np.r_[ids - np.arange(len(ids)) == floor + 1, False]))
+                sid.floor = floor + run
+                sid.above = set(ids[run:].tolist())
         sid.top = max(sid.top, top)
 
 

@@ -189,6 +189,7 @@ class Model:
         self.stragglers = StragglerWatch(self.thresholds.straggler_window)
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
+        self.sweeps = 0  # sweeps of stale instances run so far
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
         # host -> its GPU topology document as its local rank 0 sent it (plain data,
         # `commviz topo --json`'s shape); the dashboard reads it (`topo.hosts`), and
@@ -498,6 +499,7 @@ class Model:
             self.tracker.evicted_instances += 1
             self._complete(next(iter(self.pending.values())), complete=False)
         self._sweep_at = max(SWEEP_FIRST, 2 * len(self.pending))
+        self.sweeps += 1
 
     def gone_note(self, rank: int) -> str | None:
         """How a rank's process ended, in words for messages; None while it runs."""

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample
-from commviz.model import Model, audit, columns
+from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample, encode_batch
+from commviz.model import Model, audit, columns, store
 from commviz.model import flows as flows_mod
 
 
@@ -271,3 +271,87 @@ def test_a_slow_end_keeps_its_group_among_fast_ends_of_another(monkeypatch):
     assert sum(taken) > 700  # the fast path ran
     assert _state(many) == _state(one)
     assert ("x", 10, 20) in many.ranks[0].windows.ended
+
+
+def _frames_of(part: list) -> list:
+    """`part` ((rank, event) in order) as the watcher gets it: each run of one rank's
+    events a frame, read into columns (`store.decode_frame`)."""
+    out, i = [], 0
+    while i < len(part):
+        j = i
+        while j < len(part) and part[j][0] == part[i][0]:
+            j += 1
+        out.append(store.decode_frame(encode_batch(part[i][0], [ev for _, ev in part[i:j]])))
+        i = j
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batches_of_frames_read_into_columns_leave_the_same_state(seed, monkeypatch):
+    """The watcher's way: frames read straight into columns, joined into an EventStore,
+    each event's object made only where the per-event path takes it."""
+    trace = _trace(seed)
+    one, many = Model(), Model()
+    for r, ev in trace:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    rng, i = random.Random(seed), 0
+    while i < len(trace):
+        n = rng.choice([1, 7, 300, 900, 2500, 6000])
+        s = store.EventStore.join(_frames_of(trace[i:i + n]))
+        many.ingest_many(s.rank, s)
+        i += n
+    assert sum(taken) > 0
+    assert _state(many) == _state(one)
+
+
+def _lossy_run(ranks: int, steps: int, per_frame: int, lose: float, seed: int) -> list[tuple[int, object]]:
+    """A clean ring of all_reduce whose ranks flush `per_frame` steps a frame, a share
+    `lose` of the frames lost on the way (a client's queue full)."""
+    rng = random.Random(seed)
+    out = []
+    for r in range(ranks):
+        out += [(r, Hello(r, r, ranks, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18)),
+                (r, GroupDef("0", list(range(ranks)), "gloo"))]
+    for lo in range(0, steps, per_frame):
+        for r in range(ranks):
+            frame = []
+            for i in range(lo, min(steps, lo + per_frame)):
+                frame += [OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900)]
+            if rng.random() >= lose:
+                out += [(r, ev) for ev in frame]
+    return out
+
+
+def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
+    """A gap in a rank's op ids (its frame lost) used to send every op of that rank in
+    the batch, and so every collective it belongs to, the per-event way."""
+    trace = _lossy_run(ranks=4, steps=2000, per_frame=20, lose=0.0, seed=0)
+    lost = [(r, ev) for r, ev in trace if not (r == 2 and isinstance(ev, (OpStart, OpEnd)) and 500 <= ev.id < 520)]
+    one, many = Model(), Model()
+    for r, ev in lost:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    many.ingest_many([r for r, _ in lost], [ev for _, ev in lost])
+    assert _state(many) == _state(one)
+    assert sum(taken) > 0.9 * len(lost)
+    seen = many.ranks[2].seen_ids
+    assert seen.floor == 499 and seen.above == set(range(520, 2000)) and seen.top == 1999
+
+
+def test_stale_instances_piling_up_are_swept_where_the_per_event_path_sweeps(monkeypatch):
+    """Frames lost at a steady rate leave instances that never complete; the batch
+    path must not run across the sweep that retires them, and must not give up on
+    every batch after it either."""
+    from commviz.model import state as state_mod
+
+    monkeypatch.setattr(state_mod, "SWEEP_FIRST", 64)
+    trace = _lossy_run(ranks=4, steps=3000, per_frame=10, lose=0.03, seed=4)
+    one, many = Model(), Model()
+    for r, ev in trace:
+        one.ingest(r, ev)
+    assert one.sweeps > 2
+    taken = _spy_fast(monkeypatch)
+    _feed_in_batches(many, trace, random.Random(5))
+    assert _state(many) == _state(one) and many.sweeps == one.sweeps
+    assert sum(taken) > 0.3 * len(trace)
