@@ -449,7 +449,8 @@ static int rd_end(Cur *c, Py_ssize_t k, long long *row) {
 
 /* frame(payload: bytes, max_schema: int, decode_one) -> None, or (schema, rank,
  * rows: bytes of R_N int64 per event, sigs: the frame's distinct signatures, objs:
- * the events that are neither starts nor ends, decoded by decode_one). A start's
+ * the events that are neither starts nor ends, decoded by decode_one, tmax: the
+ * latest time of a start or an end, LLONG_MIN if none). A start's
  * R_SIG is its signature's index in sigs (a tuple); another event's R_OFF its index in objs (None if none)
  * (R_LEN -1); a start's or end's R_OFF and R_LEN its bytes in the payload. */
 static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
@@ -471,6 +472,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
     PyObject *ret = NULL;
     Sig *seen = NULL;
     int nsig = 0, last = 0, declined = 0;
+    long long tmax = LLONG_MIN; /* the latest start's or end's time (a merge's frontier) */
     if (rows == NULL || sigs == NULL || objs == NULL) goto done;
     seen = PyMem_Malloc(sizeof(Sig) * MAX_SIGS);
     if (seen == NULL) {
@@ -514,10 +516,12 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
             last = hit;
             row[R_SIG] = hit;
             row[R_LEN] = c.p - at;
+            if (row[R_T] > tmax) tmax = row[R_T];
         } else if (tn == 3 && !memcmp(tag, "end", 3) && k >= 3 && k <= 9) {
             row[R_KIND] = END;
             if (rd_end(&c, k - 1, row)) goto decline;
             row[R_LEN] = c.p - at;
+            if (row[R_T] > tmax) tmax = row[R_T];
         } else {
             c.p = at;
             if (skip(&c, 0)) goto decline;
@@ -554,7 +558,8 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
         /* a tuple of signatures and None for no objects: most frames then add no
          * object the cyclic collector tracks but the rows */
         PyObject *st = PyList_AsTuple(sigs);
-        ret = st ? Py_BuildValue("(LLOOO)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None) : NULL;
+        ret = st ? Py_BuildValue("(LLOOOL)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None, tmax)
+                 : NULL;
         Py_XDECREF(st);
     }
 done:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from operator import attrgetter, itemgetter
-from typing import Iterable, Iterator
+from operator import attrgetter
+from typing import Iterable, Iterator, NamedTuple
 
 import numpy as np
 
 from commviz.events import Batch, Event, Hello
 from commviz.model.columns import Chunk
+from commviz.model.store import ColFrame, EventStore, Objects
 
 
 def offset_ns(hello: Hello) -> int:
@@ -204,24 +205,34 @@ def _flush_untimed(src: StreamSource, i: int, buf: list, rank: int | None = None
 CHUNK = 65536
 
 
+class _Timed(NamedTuple):
+    """A decoded frame stamped in bulk: its events and their raw stamps."""
+
+    rank: int
+    events: list
+    ts: list
+
+
 class _Pending:
     """The frames a batched merge has read and not yet handed on, as columns: the
-    events of frames stamped in bulk (every event timed, no new offset) and those of
-    frames stamped one by one (`_stamp`), and what an earlier sort kept back."""
+    frames stamped in bulk (every event timed, no new offset: frames read into
+    columns, `store.ColFrame`, or decoded ones, `_Timed`), the events of frames stamped
+    one by one (`_stamp`), and what an earlier sort kept back (an `EventStore`, or a
+    list of events after a resume)."""
 
     def __init__(self) -> None:
         self.clear()
         self.keep_t = self.keep_i = self.keep_n = self.keep_r = np.zeros(0, np.int64)
-        self.keep_ev: list = []
+        self.keep_ev: EventStore | list = []
 
     def clear(self) -> None:
-        self.ts: list[int] = []  # raw stamps, frame after frame
-        self.evs: list = []
+        self.n = 0  # events in `parts`
+        self.parts: list = []  # ColFrame | _Timed, frame after frame
         self.frames: list[tuple[int, int, int, int, int, int | None]] = []  # (rank, input, n0, count, offset, last)
         self.slow: list[tuple] = []  # (time, input, index, rank, event), as `_stamp` makes them
 
     def __len__(self) -> int:
-        return len(self.ts) + len(self.slow) + len(self.keep_ev)
+        return self.n + len(self.slow) + len(self.keep_ev)
 
 
 def order_stream_chunks(sources: list[StreamSource], first_offset: dict[int, int],
@@ -240,7 +251,7 @@ class ChunkMergeState:
 
     def __init__(self, m: ChunkMerge) -> None:
         b = m.buf
-        self.keep = (b.keep_t, b.keep_i, b.keep_n, b.keep_r, list(b.keep_ev))
+        self.keep = (b.keep_t, b.keep_i, b.keep_n, b.keep_r, list(b.keep_ev))  # as objects: plain data
         self.offset, self.heads, self.seen, self.chunk = dict(m.offset), list(m.heads), list(m.seen), m.chunk
         self.sources = [_source_state(s.left, s.last, s.waiting, s.untimed, s._front) for s in m.sources]
         self.positions = [getattr(s.frames, "position", None) for s in m.sources]
@@ -287,23 +298,28 @@ class ChunkMerge:
             else:
                 rank, batch = got
                 if batch is not None:
-                    evs = batch.events
                     ts = None
-                    if rank not in src.waiting and evs:
-                        try:
-                            ts = list(map(get_t, evs))
-                        except AttributeError:  # a hello or a group definition: one by one
-                            ts = None
+                    if type(batch) is ColFrame and batch.objs is None and batch.count:  # starts and ends: all timed
+                        if rank not in src.waiting:
+                            ts, n, tmax = batch, batch.count, batch.tmax
+                    else:
+                        evs = batch.events
+                        if rank not in src.waiting and evs:
+                            try:
+                                ts = _Timed(rank, evs, list(map(get_t, evs)))
+                                n, tmax = len(evs), max(ts.ts)
+                            except AttributeError:  # a hello or a group definition: one by one
+                                ts = None
                     if ts is None:
                         seen[i] = _stamp(src, i, seen[i], rank, batch, offset, buf.slow)
                     else:
                         off = offset.get(rank, 0)
                         last = src.last.get(rank)
-                        buf.frames.append((rank, i, seen[i], len(ts), off, last))
-                        buf.ts += ts
-                        buf.evs += evs
-                        seen[i] += len(ts)
-                        newest = max(ts) + off
+                        buf.frames.append((rank, i, seen[i], n, off, last))
+                        buf.parts.append(ts)
+                        buf.n += n
+                        seen[i] += n
+                        newest = tmax + off
                         if last is not None and last > newest:
                             newest = last
                         if newest != last:
@@ -341,11 +357,27 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
     """Sort what is pending by (time, input, index) and hand on the events earlier
     than `limit`; keep the rest."""
     t_parts, i_parts, n_parts, r_parts = [buf.keep_t], [buf.keep_i], [buf.keep_n], [buf.keep_r]
-    evs = buf.keep_ev
+    kept = buf.keep_ev
+    stored = [kept if type(kept) is EventStore else Objects(kept, buf.keep_r.tolist())] if len(kept) else []
     if buf.frames:
         ranks, inputs, n0, counts, offs, lasts = (np.array(c, np.int64) if k < 5 else c
                                                   for k, c in enumerate(zip(*buf.frames)))
-        t = np.array(buf.ts, np.int64) + np.repeat(offs, counts)
+        stored += buf.parts
+    if buf.slow:
+        st, si, sn, sr, sev = zip(*buf.slow)
+        stored.append(Objects(list(sev), list(sr)))
+    evs = EventStore.join(stored)
+    if buf.frames:
+        k0 = len(kept)
+        t = evs.t[k0:k0 + buf.n].copy()
+        at = k0
+        for p in buf.parts:  # a decoded frame's stamps: its Counters and Samples have one too
+            if type(p) is _Timed:
+                t[at - k0:at - k0 + len(p.ts)] = p.ts
+                at += len(p.ts)
+            else:
+                at += p.count
+        t += np.repeat(offs, counts)
         starts = np.cumsum(counts) - counts
         within = np.arange(len(t)) - np.repeat(starts, counts)
         # Each rank's times never go back: where a frame does, or starts before the
@@ -366,14 +398,11 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
         i_parts.append(np.repeat(inputs, counts))
         n_parts.append(np.repeat(n0, counts) + within + 1)
         r_parts.append(np.repeat(ranks, counts))
-        evs = evs + buf.evs
     if buf.slow:
-        st, si, sn, sr, sev = zip(*buf.slow)
         t_parts.append(np.array(st, np.int64))
         i_parts.append(np.array(si, np.int64))
         n_parts.append(np.array(sn, np.int64))
         r_parts.append(np.array(sr, np.int64))
-        evs = evs + list(sev)
     buf.clear()
     t, i, n, r = (np.concatenate(p) for p in (t_parts, i_parts, n_parts, r_parts))
     order = _merged_order(t, i, n)
@@ -384,12 +413,12 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
     emitted[order[:cut]] = True
     keep = np.flatnonzero(~emitted)
     buf.keep_t, buf.keep_i, buf.keep_n, buf.keep_r = t[keep], i[keep], n[keep], r[keep]
-    buf.keep_ev = _take(evs, keep)
+    buf.keep_ev = evs.take(keep)
     if not cut:
         return None
     emit = order[:cut]
     sel = np.flatnonzero(emitted)
-    out = Chunk(_take(evs, sel), r[sel], (np.cumsum(emitted) - 1)[emit])
+    out = Chunk(evs.take(sel), r[sel], (np.cumsum(emitted) - 1)[emit])
     out.times = t[emit]
     return out
 
@@ -405,11 +434,3 @@ def _merged_order(t: np.ndarray, i: np.ndarray, n: np.ndarray) -> np.ndarray:
         if ((ib[1:] != ib[:-1]) | (nb[1:] > nb[:-1])).all():
             return by_input[np.argsort(t[by_input], kind="stable")]
     return np.lexsort((n, i, t))
-
-
-def _take(items: list, order: np.ndarray) -> list:
-    if len(order) == 0:
-        return []
-    if len(order) == 1:
-        return [items[int(order[0])]]
-    return list(itemgetter(*order.tolist())(items))

@@ -253,10 +253,6 @@ def _batch(model: Model, c: Chunk) -> None:
 class _Plan:
     """What the fast instances of a batch do, in columns."""
 
-    def start_obj(self, k: int):
-        """The OpStart of fast start k."""
-        return self.chunk.event(int(self.sp[self.fs[k]]))
-
 
 def _plan(model: Model, c: Chunk):
     """The fast instances of `c` and what they do; None where the batch is better
@@ -348,7 +344,8 @@ class _Ranks(NamedTuple):
     """Per rank of the batch's starts (`ur`, sorted): its start count, id floor, state,
     clock offset and whether its starts can go fast, and whether its ids run on from
     the floor without a gap; `skey` each start's (rank, id), `s_ri` each start's index
-    into `ur`; `ids`, from `first`, each rank's ids in order."""
+    into `ur`; `ids`, from `first`, each rank's ids in order; `order` sorts `skey`
+    into `sk`; `distinct` whether no two starts share a (rank, id)."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
@@ -361,6 +358,9 @@ class _Ranks(NamedTuple):
     run_on: np.ndarray
     ids: np.ndarray
     first: np.ndarray
+    order: np.ndarray
+    sk: np.ndarray
+    distinct: bool
 
 
 def _rank_floors(model: Model, x: _Cols) -> _Ranks:
@@ -390,7 +390,8 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
         bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
-    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri, run_on, ids_sorted, first)
+    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri, run_on, ids_sorted, first, order, sk,
+                  distinct_ok)
 
 
 def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
@@ -420,10 +421,12 @@ def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
 
 class _Ends(NamedTuple):
     """`ekey` each end's (rank, id); `match` each start's end (an index into the end
-    columns, valid where `start_ok`); `start_ok` whether the start can go fast."""
+    columns, valid where `start_ok`); `start_ok` whether the start can go fast;
+    `unmatched` how many ends have no start in the batch."""
     ekey: np.ndarray
     match: np.ndarray
     start_ok: np.ndarray
+    unmatched: int
 
 
 def _match_ends(x: _Cols, sigs: _Sigs, r: _Ranks) -> _Ends:
@@ -434,14 +437,21 @@ def _match_ends(x: _Cols, sigs: _Sigs, r: _Ranks) -> _Ends:
     ekey = (x.e_rank << ID_BITS) | np.clip(e_id, 0, ID_MAX - 1)
     e_order = np.argsort(ekey, kind="stable")
     ek = ekey[e_order]
-    lo = np.searchsorted(ek, skey, "left")
-    hi = np.searchsorted(ek, skey, "right")
+    # looked up in sorted order (each search starts where the last ended: a third of
+    # the time of searching them as they lie), then put back in the starts' order
+    lo, hi = np.empty(len(skey), np.int64), np.empty(len(skey), np.int64)
+    lo[r.order] = np.searchsorted(ek, r.sk, "left")
+    hi[r.order] = np.searchsorted(ek, r.sk, "right")
     once = hi - lo == 1
     match = e_order[np.minimum(lo, len(ek) - 1)]  # index into ends (valid where once)
     valid_e = (e_id[match] == s_id) & (e_id[match] >= 0)
     start_ok = (sigs.sig_coll[s_sig] & (s_seq >= 0) & r.rank_ok[r.s_ri] & once & valid_e
                 & (x.ep[match] > x.sp) & ~x.e_err[match])
-    return _Ends(ekey, match, start_ok)
+    if r.distinct:  # each end with a start is counted once, by its start
+        unmatched = len(ekey) - int((hi - lo).sum())
+    else:
+        unmatched = len(ekey) - int(np.isin(ekey, skey).sum())
+    return _Ends(ekey, match, start_ok, unmatched)
 
 
 class _Inst(NamedTuple):
@@ -474,8 +484,7 @@ def _would_sweep(model: Model, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst:
     slow = sigs.sig_np2p[s_sig] & (s_seq >= 0)
     slow[inst.coll[ok[inst.inv]]] = False
     opened = len(np.unique(entered[slow]))
-    unmatched = len(x.ep) - int(np.isin(m.ekey, r.skey).sum())  # may re-open an instance
-    return len(model.pending) + opened + unmatched > model._sweep_at
+    return len(model.pending) + opened + m.unmatched > model._sweep_at  # an unmatched end may re-open one
 
 
 def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> np.ndarray:
@@ -587,8 +596,8 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     slow = slow_at.tolist()
     # `Model.on_op`: each fast op handed on at its end's place among the slow events,
     # as the per-event path would
-    ended = _fast_ends(c, p) if model.on_op is not None else []
-    on_op, k, ne = model.on_op, 0, len(ended)
+    ended = _FastEnds(c, p) if model.on_op is not None else None
+    on_op, k, ne = model.on_op, 0, len(ended) if ended is not None else 0
     d = Deferred()
     model._deferred = d
     try:
@@ -598,8 +607,8 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             while j < nf and done[j] < pos:
                 _complete(model, p, int(order[j]), stats, shed, OpStats)
                 j += 1
-            while k < ne and ended[k][0] < pos:
-                on_op(*ended[k][1:])
+            while k < ne and ended.pos[k] < pos:
+                on_op(*ended.args(k))
                 k += 1
             d.pos = pos
             ingest(rank, ev)
@@ -607,7 +616,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             _complete(model, p, int(order[j]), stats, shed, OpStats)
             j += 1
         while k < ne:
-            on_op(*ended[k][1:])
+            on_op(*ended.args(k))
             k += 1
     finally:
         model._deferred = None
@@ -617,14 +626,31 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
         _traffic(model, p, d)
 
 
-def _fast_ends(c: Chunk, p: _Plan) -> list[tuple]:
-    """The fast ops in the order of their ends: (end position, rank, OpStart, start
-    wall ns, OpEnd, end wall ns), what `Model.on_op` is handed."""
-    o = np.argsort(p.e_pos, kind="stable")
-    starts = c.events(p.s_pos[o])
-    ends = c.events(p.e_pos[o])
-    return list(zip(p.e_pos[o].tolist(), p.ur[p.ri[o]].tolist(), starts, p.s_wall[o].tolist(), ends,
-                    p.e_wall[o].tolist()))
+class _FastEnds:
+    """The fast ops in the order of their ends, and what `Model.on_op` is handed for
+    each: (rank, OpStart, start wall ns, OpEnd, end wall ns). Their objects are made
+    a block at a time: a chunk's all at once would be most of what a streaming export
+    holds."""
+
+    BLOCK = 4096
+
+    def __init__(self, c: Chunk, p: _Plan) -> None:
+        self.c, self.p = c, p
+        self.o = np.argsort(p.e_pos, kind="stable")
+        self.pos = p.e_pos[self.o].tolist()
+        self.lo = self.hi = 0
+        self.items: list[tuple] = []
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    def args(self, k: int) -> tuple:
+        if not self.lo <= k < self.hi:
+            self.lo, self.hi = k, min(len(self.pos), k + self.BLOCK)
+            o, p, c = self.o[self.lo:self.hi], self.p, self.c
+            self.items = list(zip(p.ur[p.ri[o]].tolist(), c.events(p.s_pos[o]), p.s_wall[o].tolist(),
+                                  c.events(p.e_pos[o]), p.e_wall[o].tolist()))
+        return self.items[k - self.lo]
 
 
 def _complete(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:
@@ -716,6 +742,7 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
     code_of: dict[str, int] = {}  # group -> its code in `names`
     sig_code = np.array([code_of.setdefault(k[1], len(code_of)) for k in p.sig_list], np.int64)
     names = list(code_of)
+    fast_last: list[tuple] = []  # (rank state, fast start) whose last op is a fast one
     order = np.lexsort((p.e_pos, p.ri))
     ri_o = p.ri[order]
     bounds = np.flatnonzero(np.r_[True, ri_o[1:] != ri_o[:-1], True]).tolist()
@@ -734,17 +761,26 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
             xcodes = [code_of.setdefault(e[2], len(code_of)) for e in extra]
             if len(code_of) > len(names):
                 names = list(code_of)
-            o = np.argsort(np.concatenate([p.e_pos[idx], np.array([e[0] for e in extra], np.int64)]), kind="stable")
-            codes = np.concatenate([codes, np.array(xcodes, np.int64)])[o]
-            t0s = np.concatenate([t0s, np.array([e[3] for e in extra], np.int64)])[o]
-            t1s = np.concatenate([t1s, np.array([e[4] for e in extra], np.int64)])[o]
-            if extra[-1][0] > last_pos:
+            x_pos = [e[0] for e in extra]
+            parts = ((codes, np.array(xcodes, np.int64)), (t0s, np.array([e[3] for e in extra], np.int64)),
+                     (t1s, np.array([e[4] for e in extra], np.int64)))
+            if x_pos[0] > last_pos:  # all after the fast ones (the batch's edge): no sort
+                codes, t0s, t1s = (np.concatenate(c) for c in parts)
+            else:
+                o = np.argsort(np.concatenate([p.e_pos[idx], np.array(x_pos, np.int64)]), kind="stable")
+                codes, t0s, t1s = (np.concatenate(c)[o] for c in parts)
+            if x_pos[-1] > last_pos:
                 last = extra[-1]
         r.windows.extend_columns(names, codes, t0s, t1s, pushed)
         if last is not None:
             r.last_op, r.last_op_end, r.last_start = last[5], last[6], last[7]
         else:
-            r.last_op, r.last_op_end, r.last_start = p.sig_list[p.sig[k]][0], int(p.e_wall[k]), p.start_obj(k)
+            r.last_op, r.last_op_end = p.sig_list[p.sig[k]][0], int(p.e_wall[k])
+            fast_last.append((r, k))
+    if fast_last:  # their OpStarts, made in one go
+        ks = np.array([k for _, k in fast_last], np.int64)
+        for (r, _), s in zip(fast_last, p.chunk.events(p.sp[p.fs[ks]])):
+            r.last_start = s
     for rank, extra in slow_by.items():  # ranks with only slow ends
         r = model.ranks[rank]
         r.windows.extend([e[2] for e in extra], [e[3] for e in extra], [e[4] for e in extra])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter, itemgetter
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import msgspec
 import numpy as np
@@ -62,7 +62,7 @@ _frame = getattr(_fastcols, "frame", None)
 class ColFrame(msgspec.Struct, gc=False):
     """A valid frame read into rows (`_fastcols.frame`): `rows` R_N int64 per event,
     `sigs` its starts' distinct signatures, `objs` its events that are neither starts
-    nor ends (None if none). `events` decodes the whole frame, for code that wants
+    nor ends (None if none), `tmax` its starts' and ends' latest time. `events` decodes the whole frame, for code that wants
     objects. Not tracked by the cyclic collector (it holds no cycle): a queue of
     thousands of frames would otherwise be walked at every collection."""
 
@@ -72,6 +72,7 @@ class ColFrame(msgspec.Struct, gc=False):
     rows: bytes
     sigs: tuple
     objs: list | None
+    tmax: int
     count: int = 0
     decoded: list | None = None
 
@@ -171,6 +172,14 @@ def object_columns(store: Sequence) -> tuple:
     return (kind, ident, t, seq, sig, err, ebytes, dev), sigs
 
 
+class Objects(NamedTuple):
+    """Decoded events, each with its own rank: a part of an `EventStore` that is not
+    one frame (a merge's events stamped one by one, a resumed merge's kept ones)."""
+
+    events: list
+    ranks: list
+
+
 _COLS = ("kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank", "src", "pos", "off", "len")
 
 
@@ -240,17 +249,20 @@ class EventStore:
         return s
 
     def objects(self, idx: np.ndarray) -> list:
-        """The objects of events `idx`: those a frame holds as it is, the rest decoded
-        each from its own bytes (a frame already decoded whole is read from)."""
+        """The objects of events `idx`: those a frame holds as they are, the rest
+        decoded each from its own bytes; a frame asked for half its events or more is
+        decoded whole (msgspec's speed on a batch), for this call only (kept on the
+        frame, they would live as long as any event of it is carried)."""
         frames, out = self.frames, []
         one = _one.decode
         src = self.src[idx]
-        if len(src) > 64:  # a frame asked for half its events or more is decoded whole (msgspec's batch speed)
+        whole: dict[int, list] = {}
+        if len(src) > 64:
             asked = np.bincount(src, minlength=len(frames))
             for f in np.flatnonzero(asked >= 8).tolist():
                 fr = frames[f]
                 if type(fr) is ColFrame and fr.decoded is None and 2 * asked[f] >= fr.count:
-                    fr.events  # noqa: B018  (decodes and keeps them)
+                    whole[f] = decode_batch(fr.payload).events
         for f, p, o, n in zip(src.tolist(), self.pos[idx].tolist(), self.off[idx].tolist(),
                               self.len[idx].tolist()):
             fr = frames[f]
@@ -258,6 +270,8 @@ class EventStore:
                 out.append(fr.events[p])
             elif fr.decoded is not None:
                 out.append(fr.decoded[p])
+            elif f in whole:
+                out.append(whole[f][p])
             elif n < 0:
                 out.append(fr.objs[o])
             else:
@@ -291,7 +305,8 @@ def _col_block(run: list[ColFrame], frames: list, table: dict) -> tuple:
 
 
 def _object_block(b, frames: list, table: dict) -> tuple:
-    """The columns of a decoded frame (anything with `rank` and `events`)."""
+    """The columns of a decoded frame (anything with `rank` and `events`), or of
+    `Objects`."""
     evs = b.events
     (kind, ident, t, seq, sig, err, ebytes, dev), sigs = object_columns(evs)
     m = len(evs)
@@ -300,7 +315,8 @@ def _object_block(b, frames: list, table: dict) -> tuple:
         s = np.flatnonzero(sig >= 0)
         sig[s] = lut[sig[s]]
     frames.append(b)
-    return (kind, ident, t, seq, sig, err, ebytes, dev, np.full(m, b.rank, np.int64),
+    rank = np.array(b.ranks, np.int64) if type(b) is Objects else np.full(m, b.rank, np.int64)
+    return (kind, ident, t, seq, sig, err, ebytes, dev, rank,
             np.full(m, len(frames) - 1, np.int64), np.arange(m, dtype=np.int64), np.zeros(m, np.int64),
             np.full(m, -1, np.int64))
 

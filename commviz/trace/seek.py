@@ -108,6 +108,7 @@ class ChunkCursor:
     def __init__(self, merge: ChunkMerge) -> None:
         self._chunks = iter(merge)
         self._c = None
+        self._evs: list | None = None
         self._k = self._n = 0
 
     def __iter__(self) -> ChunkCursor:
@@ -118,12 +119,14 @@ class ChunkCursor:
             self._load()
         k = self._k
         self._k = k + 1
-        return self._times[k], self._ranks[k], self._store[self._at[k]]
+        if self._evs is None:  # the chunk's objects, made when the replay first plays one of its events
+            self._evs = self._c.events(np.arange(self._n))
+        return self._times[k], self._ranks[k], self._evs[k]
 
     def _load(self) -> None:
         c = next(self._chunks)  # StopIteration: the end
         self._c, self._k, self._n = c, 0, len(c)
-        self._times, self._ranks, self._at, self._store = c.times.tolist(), c.rank.tolist(), c.at.tolist(), c.store
+        self._times, self._ranks, self._evs = c.times.tolist(), c.rank.tolist(), None
 
     def peek(self) -> tuple[int, int, object] | None:
         """The next event, left to come; None at the end."""

@@ -22,6 +22,7 @@ import msgspec
 from commviz.events import Batch, FrameError, Hello, decode_batch
 from commviz.model.clock import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events,
                                  order_stream, order_stream_chunks)
+from commviz.model.store import decode_frame
 from commviz.trace import sources
 from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames, scan_frames
 
@@ -193,7 +194,7 @@ class TraceStream:
         return end
 
     def _decode(self, path: str, stop: int, start: int = 0, reader: FileFrames | None = None,
-                count: bool = True) -> Iterator[tuple[int, Batch | None]]:
+                count: bool = True, decode: Callable[[bytes], Batch] = decode_batch) -> Iterator[tuple[int, Batch | None]]:
         """The frames of `path` from offset `start` to `stop` (where the first pass
         ended), decoded. `count`: this pass adds to `bytes_done` and calls `progress`
         (a replay's many passes do not)."""
@@ -209,7 +210,7 @@ class TraceStream:
                     self.progress(self.bytes_done, self.total_bytes, "reading")
                     next_note = self.bytes_done + PROGRESS_EVERY
             try:
-                yield 0, decode_batch(payload)
+                yield 0, decode(payload)
             except FrameError as exc:
                 if (path, off) not in self._noted:
                     self._noted.add((path, off))
@@ -231,26 +232,28 @@ class TraceStream:
         from `state`. It adds nothing to `bytes_done`; its inputs' `bytes_read` say how
         far it has read."""
         if state is None:
-            return ChunkMerge(self._sources(count=False), self.first_offset, chunk)
-        return ChunkMerge.resume(state, self._frames(state.positions, count=False))
+            return ChunkMerge(self._sources(count=False, columns=True), self.first_offset, chunk)
+        return ChunkMerge.resume(state, self._frames(state.positions, count=False, columns=True))
 
     def chunks(self) -> Iterator:
         """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`."""
-        return order_stream_chunks(self._sources(), self.first_offset)
+        return order_stream_chunks(self._sources(columns=True), self.first_offset)
 
-    def _frames(self, positions: list | None = None, count: bool = True) -> list:
+    def _frames(self, positions: list | None = None, count: bool = True, columns: bool = False) -> list:
+        """`columns`: frames read into columns where they can be (`store.decode_frame`),
+        for a merge that hands on `Chunk`s."""
         positions = positions or [None] * (len(self._files) + len(self._memory))
-        frames: list = [FileFrames(self, f, stop, pos or 0, count)
+        frames: list = [FileFrames(self, f, stop, pos or 0, count, decode_frame if columns else decode_batch)
                         for f, stop, pos in zip(self._files, self._ends, positions)]
         for batches, pos in zip(self._memory, positions[len(self._files):]):
             frames.append(ListFrames(batches, pos or 0))
         return frames
 
-    def _sources(self, count: bool = True) -> list[StreamSource]:
+    def _sources(self, count: bool = True, columns: bool = False) -> list[StreamSource]:
         if count:
             self.bytes_done = 0
         counts = self._counts + [frame_counts(batches) for batches in self._memory]
-        return [StreamSource(f, c) for f, c in zip(self._frames(count=count), counts)]
+        return [StreamSource(f, c) for f, c in zip(self._frames(count=count, columns=columns), counts)]
 
 
 def frame_counts(batches: list[Batch]) -> dict[int, int]:
@@ -278,10 +281,11 @@ class FileFrames:
     """One file's (rank, batch or None) frames, read from offset `start`; `position`
     is the offset of the next frame to read, for a merge's state."""
 
-    def __init__(self, stream: TraceStream, path: str, stop: int, start: int = 0, count: bool = True) -> None:
+    def __init__(self, stream: TraceStream, path: str, stop: int, start: int = 0, count: bool = True,
+                 decode: Callable[[bytes], Batch] = decode_batch) -> None:
         self.position = start
         self.bytes_read = 0
-        self._it = _with_rank(stream._decode(path, stop, start, self, count))
+        self._it = _with_rank(stream._decode(path, stop, start, self, count, decode))
 
     def __iter__(self) -> FileFrames:
         return self
