@@ -212,7 +212,7 @@ done:
  * event msgspec refuses) declines the whole frame (None), and msgspec decodes it,
  * with msgspec's errors. */
 enum { R_KIND, R_ID, R_T, R_SEQ, R_SIG, R_ERR, R_EBYTES, R_DEV, R_OFF, R_LEN, R_N };
-#define MAX_SIGS 256
+#define MAX_SIGS 64 /* distinct signatures a frame may hold (more: msgspec reads it) */
 #define MAX_DEPTH 64
 
 typedef struct {
@@ -470,15 +470,10 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
     PyObject *rows = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)m * R_N * 8);
     PyObject *sigs = PyList_New(0), *objs = PyList_New(0);
     PyObject *ret = NULL;
-    Sig *seen = NULL;
+    Sig seen[MAX_SIGS];
     int nsig = 0, last = 0, declined = 0;
     long long tmax = LLONG_MIN; /* the latest start's or end's time (a merge's frontier) */
     if (rows == NULL || sigs == NULL || objs == NULL) goto done;
-    seen = PyMem_Malloc(sizeof(Sig) * MAX_SIGS);
-    if (seen == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
     long long *row = (long long *)PyBytes_AS_STRING(rows);
     for (Py_ssize_t i = 0; i < m; i++, row += R_N) {
         const unsigned char *at = c.p;
@@ -563,7 +558,6 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
         Py_XDECREF(st);
     }
 done:
-    PyMem_Free(seen);
     Py_XDECREF(rows);
     Py_XDECREF(sigs);
     Py_XDECREF(objs);

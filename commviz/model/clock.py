@@ -288,13 +288,18 @@ class ChunkMerge:
     def __iter__(self) -> Iterator[Chunk]:
         offset, buf, heads, sources, seen = self.offset, self.buf, self.heads, self.sources, self.seen
         get_t = attrgetter("t")
+        # One input (a trace in one file): no order among inputs to keep, so its
+        # frontier is wanted only where the pending events are sorted.
+        one = len(sources) == 1
         while heads:
-            _, i = heapq.heappop(heads)
+            i = heads[0][1] if one else heapq.heappop(heads)[1]
             src = sources[i]
             got = next(src.frames, None)
             if got is None:
                 _flush_untimed(src, i, buf.slow)
                 src.left.clear()
+                if one:
+                    heads.clear()
             else:
                 rank, batch = got
                 if batch is not None:
@@ -329,8 +334,11 @@ class ChunkMerge:
                 if n <= 0:
                     src.untimed.discard(rank)
                     _flush_untimed(src, i, buf.slow, rank)
-                heapq.heappush(heads, (src.frontier(), i))
+                if not one:
+                    heapq.heappush(heads, (src.frontier(), i))
             if len(buf) >= self.chunk or not heads:
+                if one and heads:
+                    heads[0] = (src.frontier(), i)
                 limit = heads[0][0] if heads else float("inf")
                 out = _flush(buf, limit)
                 # inputs far out of step: sort again once it doubled

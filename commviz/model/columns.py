@@ -764,8 +764,10 @@ def _windows(model: Model, p: _Plan, d: Deferred) -> None:
             x_pos = [e[0] for e in extra]
             parts = ((codes, np.array(xcodes, np.int64)), (t0s, np.array([e[3] for e in extra], np.int64)),
                      (t1s, np.array([e[4] for e in extra], np.int64)))
-            if x_pos[0] > last_pos:  # all after the fast ones (the batch's edge): no sort
+            if x_pos[0] > last_pos:  # all after the fast ones (the batch's edges): no sort
                 codes, t0s, t1s = (np.concatenate(c) for c in parts)
+            elif x_pos[-1] < p.e_pos[idx[0]]:  # all before them
+                codes, t0s, t1s = (np.concatenate(c[::-1]) for c in parts)
             else:
                 o = np.argsort(np.concatenate([p.e_pos[idx], np.array(x_pos, np.int64)]), kind="stable")
                 codes, t0s, t1s = (np.concatenate(c)[o] for c in parts)

@@ -299,9 +299,9 @@ def _col_block(run: list[ColFrame], frames: list, table: dict) -> tuple:
         s = np.flatnonzero(local >= 0)
         sig[s] = np.array(lut, np.int64)[np.repeat(np.array(first, np.int64), counts)[s] + local[s]]
     rank = np.repeat(np.fromiter((f.rank for f in run), np.int64, len(run)), counts)
-    return (rows[:, R_KIND].astype(np.int8), rows[:, R_ID].copy(), rows[:, R_T].copy(), rows[:, R_SEQ].copy(), sig,
-            rows[:, R_ERR] != 0, rows[:, R_EBYTES].copy(), rows[:, R_DEV].copy(), rank, src, pos,
-            rows[:, R_OFF].copy(), rows[:, R_LEN].copy())
+    # views into the rows (no copies: a merge takes its chunk's events out by index)
+    return (rows[:, R_KIND].astype(np.int8), rows[:, R_ID], rows[:, R_T], rows[:, R_SEQ], sig, rows[:, R_ERR] != 0,
+            rows[:, R_EBYTES], rows[:, R_DEV], rank, src, pos, rows[:, R_OFF], rows[:, R_LEN])
 
 
 def _object_block(b, frames: list, table: dict) -> tuple:
