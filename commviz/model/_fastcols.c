@@ -396,6 +396,58 @@ static PyObject *sig_tuple(const Sig *g) {
 
 static const char EMPTY[] = "";
 
+/* Signatures seen in earlier frames, their tuples kept: a job's frames repeat a few
+ * signatures, so a frame's are nearly always found here (by their bytes) and shared,
+ * which spares their strings and lets a reader match them by identity. */
+#define CACHED 32
+#define KEY_MAX 192
+typedef struct {
+    Py_ssize_t len;
+    char key[KEY_MAX];
+    PyObject *tuple;
+} Cached;
+static Cached cache[CACHED];
+static int cache_next;
+static PyObject *last_sigs; /* the tuple of signatures the last frame returned */
+
+/* g's bytes as one key; -1 if they do not fit. */
+static Py_ssize_t sig_key(const Sig *g, char *key) {
+    Py_ssize_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        if (n + (Py_ssize_t)sizeof(Py_ssize_t) + g->n[i] > KEY_MAX - 2 * (Py_ssize_t)sizeof(long long)) return -1;
+        memcpy(key + n, &g->n[i], sizeof(Py_ssize_t));
+        n += sizeof(Py_ssize_t);
+        memcpy(key + n, g->s[i], g->n[i]);
+        n += g->n[i];
+    }
+    memcpy(key + n, &g->bytes, sizeof(long long));
+    n += sizeof(long long);
+    memcpy(key + n, &g->root, sizeof(long long));
+    return n + sizeof(long long);
+}
+
+/* g's tuple, from the cache or made (and cached); a new reference. */
+static PyObject *sig_cached(const Sig *g) {
+    char key[KEY_MAX];
+    Py_ssize_t n = sig_key(g, key);
+    if (n >= 0)
+        for (int i = 0; i < CACHED; i++)
+            if (cache[i].tuple != NULL && cache[i].len == n && !memcmp(cache[i].key, key, n)) {
+                Py_INCREF(cache[i].tuple);
+                return cache[i].tuple;
+            }
+    PyObject *t = sig_tuple(g);
+    if (t != NULL && n >= 0) {
+        Cached *c = &cache[cache_next];
+        cache_next = (cache_next + 1) % CACHED;
+        Py_XSETREF(c->tuple, t);
+        Py_INCREF(t);
+        c->len = n;
+        memcpy(c->key, key, n);
+    }
+    return t;
+}
+
 /* A start's fields after its tag (k of them), its row filled but for its signature. */
 static int rd_start(Cur *c, Py_ssize_t k, long long *row, Sig *g) {
     long long x;
@@ -494,7 +546,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
                 if (same_sig(&seen[q], &g)) hit = q;
             if (hit < 0) {
                 if (nsig == MAX_SIGS) goto decline;
-                PyObject *t = sig_tuple(&g);
+                PyObject *t = sig_cached(&g);
                 if (t == NULL) {
                     if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
                         PyErr_Clear();
@@ -552,7 +604,21 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
     } else {
         /* a tuple of signatures and None for no objects: most frames then add no
          * object the cyclic collector tracks but the rows */
-        PyObject *st = PyList_AsTuple(sigs);
+        PyObject *st = NULL;
+        Py_ssize_t ns = PyList_GET_SIZE(sigs);
+        if (last_sigs != NULL && PyTuple_GET_SIZE(last_sigs) == ns) { /* the same as the last frame's: shared */
+            st = last_sigs;
+            for (Py_ssize_t q = 0; q < ns; q++)
+                if (PyTuple_GET_ITEM(last_sigs, q) != PyList_GET_ITEM(sigs, q)) st = NULL;
+            Py_XINCREF(st);
+        }
+        if (st == NULL) {
+            st = PyList_AsTuple(sigs);
+            if (st != NULL) {
+                Py_INCREF(st);
+                Py_XSETREF(last_sigs, st);
+            }
+        }
         ret = st ? Py_BuildValue("(LLOOOL)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None, tmax)
                  : NULL;
         Py_XDECREF(st);

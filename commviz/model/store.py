@@ -284,12 +284,20 @@ def _col_block(run: list[ColFrame], frames: list, table: dict) -> tuple:
     renumbered into `table`."""
     base = len(frames)
     frames.extend(run)
-    rows = np.frombuffer(b"".join([f.rows for f in run]), np.int64).reshape(-1, R_N)
-    counts = np.fromiter((f.count for f in run), np.int64, len(run))
-    lut, first = [], []
+    lut: list[int] = []
+    first, counts, ranks, rows = [], [], [], []
+    prev, at = None, 0
     for f in run:
-        first.append(len(lut))
-        lut += [table.setdefault(k, len(table)) for k in f.sigs]
+        sg = f.sigs
+        if sg is not prev:  # frames in a row share their signatures' tuple (model/_fastcols.c)
+            at, prev = len(lut), sg
+            lut += [table.setdefault(k, len(table)) for k in sg]
+        first.append(at)
+        counts.append(f.count)
+        ranks.append(f.rank)
+        rows.append(f.rows)
+    rows = np.frombuffer(b"".join(rows), np.int64).reshape(-1, R_N)
+    counts = np.array(counts, np.int64)
     src = np.repeat(np.arange(base, base + len(run), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     pos = np.arange(len(rows), dtype=np.int64) - np.repeat(starts, counts)
@@ -298,7 +306,7 @@ def _col_block(run: list[ColFrame], frames: list, table: dict) -> tuple:
     if lut:
         s = np.flatnonzero(local >= 0)
         sig[s] = np.array(lut, np.int64)[np.repeat(np.array(first, np.int64), counts)[s] + local[s]]
-    rank = np.repeat(np.fromiter((f.rank for f in run), np.int64, len(run)), counts)
+    rank = np.repeat(np.array(ranks, np.int64), counts)
     # views into the rows (no copies: a merge takes its chunk's events out by index)
     return (rows[:, R_KIND].astype(np.int8), rows[:, R_ID], rows[:, R_T], rows[:, R_SEQ], sig, rows[:, R_ERR] != 0,
             rows[:, R_EBYTES], rows[:, R_DEV], rank, src, pos, rows[:, R_OFF], rows[:, R_LEN])
