@@ -11,7 +11,8 @@ time.
 
     python bench/render.py [--ranks 8,64,1024] [--rate 100000] [--seconds 5] [--size 160x50] [--ingest batches|each]
 
-Frames are capped by the animation clock (--anim-hz, default 30) and Textual's own
+Frames reach the feed encoded and read into columns (`model.store.decode_frame`), as
+the transport server hands them on. Frames are capped by the animation clock (--anim-hz, default 30) and Textual's own
 update period (60/s); the figure to compare with the targets is frames/s (>= 30 at 64
 ranks, >= 10 at 1024, while ingesting 100k events/s).
 """
@@ -29,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from commviz.events import BASE_SCHEMA, Batch, GroupDef, Hello, OpEnd, OpStart  # noqa: E402
+from commviz.events import BASE_SCHEMA, Batch, GroupDef, Hello, OpEnd, OpStart, encode_batch  # noqa: E402
+from commviz.model.store import decode_frame  # noqa: E402
 from commviz.model.state import Model  # noqa: E402
 from commviz.tui.app import WatchApp  # noqa: E402
 from commviz.watcher import LiveFeed  # noqa: E402
@@ -128,7 +130,8 @@ class FrameProducer(Producer):
                     evs.append(OpStart(k, t + r + 1000 * (k - seq), "all_reduce", "0", k, 1 << 20))
                     evs.append(OpEnd(k, t + 200_000 + r + 1000 * (k - seq)))
                 w0 = time.perf_counter()
-                feed._on_batch(Batch(BASE_SCHEMA, r, evs), b"")
+                payload = encode_batch(r, evs)  # as the wire brings it, read into columns as the server does
+                feed._on_batch(decode_frame(payload), payload)
                 self.lock_waits.append(time.perf_counter() - w0)
                 self.sent += len(evs)
             seq += steps
