@@ -4,8 +4,9 @@ reading, slower: commviz/transport/reader.py) and the probe's per-op wrapper for
 the common case (commviz/probe/_fastwrap.c; without it the Python wrapper in
 commviz/probe/patch.py does everything, slower), and msgpack for the crash ring's slots and
 the wire's frames (commviz/_fastpack.c; without it trace/ring.py's Python writers
-and msgspec, slower), and a batch's columns read from its events
-(commviz/model/_fastcols.c; without it model/columns.py reads them, slower)."""
+and msgspec, slower), and frames read straight into the batch path's columns, and a batch's columns read
+from event objects (commviz/model/_fastcols.c; without it msgspec decodes every event
+and model/store.py reads them, slower)."""
 
 from setuptools import Extension, setup
 
