@@ -113,10 +113,11 @@ class Chunk:
     def event(self, i: int):
         return self.store[self.at[i]]
 
-    def events(self, idx: np.ndarray) -> list:
-        """The objects of events `idx` (positions in the chunk)."""
+    def events(self, idx: np.ndarray, whole: dict | None = None) -> list:
+        """The objects of events `idx` (positions in the chunk); `whole`: see
+        `EventStore.objects`."""
         if type(self.store) is EventStore:
-            return self.store.objects(self.at[idx])
+            return self.store.objects(self.at[idx], whole)
         return list(_pick(self.store, self.at[idx]))
 
     def part(self, lo: int, hi: int) -> "Chunk":
@@ -640,6 +641,7 @@ class _FastEnds:
         self.pos = p.e_pos[self.o].tolist()
         self.lo = self.hi = 0
         self.items: list[tuple] = []
+        self.whole: dict[int, list] = {}  # frames the last block decoded whole
 
     def __len__(self) -> int:
         return len(self.pos)
@@ -648,8 +650,13 @@ class _FastEnds:
         if not self.lo <= k < self.hi:
             self.lo, self.hi = k, min(len(self.pos), k + self.BLOCK)
             o, p, c = self.o[self.lo:self.hi], self.p, self.c
-            self.items = list(zip(p.ur[p.ri[o]].tolist(), c.events(p.s_pos[o]), p.s_wall[o].tolist(),
-                                  c.events(p.e_pos[o]), p.e_wall[o].tolist()))
+            # a frame's ops may span two blocks: what the last block decoded whole is at hand
+            at_hand = dict(self.whole)
+            both = c.events(np.concatenate([p.s_pos[o], p.e_pos[o]]), at_hand)  # a frame decoded once
+            self.whole = {f: v for f, v in at_hand.items() if f not in self.whole}
+            m = len(o)
+            self.items = list(zip(p.ur[p.ri[o]].tolist(), both[:m], p.s_wall[o].tolist(), both[m:],
+                                  p.e_wall[o].tolist()))
         return self.items[k - self.lo]
 
 

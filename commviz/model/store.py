@@ -248,34 +248,46 @@ class EventStore:
             setattr(s, f, getattr(self, f)[sel])
         return s
 
-    def objects(self, idx: np.ndarray) -> list:
+    def objects(self, idx: np.ndarray, whole: dict[int, list] | None = None) -> list:
         """The objects of events `idx`: those a frame holds as they are, the rest
-        decoded each from its own bytes; a frame asked for half its events or more is
-        decoded whole (msgspec's speed on a batch), for this call only (kept on the
-        frame, they would live as long as any event of it is carried)."""
+        decoded each from its own bytes; a frame asked for a third of its events or
+        more is decoded whole (msgspec's speed on a batch) into `whole` (frame index ->
+        its events: a caller asking again soon passes the same dict; kept on the frame,
+        they would live as long as any event of it is carried)."""
         frames, out = self.frames, []
-        one = _one.decode
+        one, add = _one.decode, out.append
         src = self.src[idx]
-        whole: dict[int, list] = {}
+        if whole is None:
+            whole = {}
         if len(src) > 64:
             asked = np.bincount(src, minlength=len(frames))
-            for f in np.flatnonzero(asked >= 8).tolist():
+            short = False  # a frame not decoded whole: some events decoded one by one
+            for f in np.flatnonzero(asked).tolist():
+                if f in whole:
+                    continue
                 fr = frames[f]
-                if type(fr) is ColFrame and fr.decoded is None and 2 * asked[f] >= fr.count:
+                if type(fr) is not ColFrame or fr.decoded is not None:
+                    whole[f] = fr.events
+                elif asked[f] >= 4 and 3 * asked[f] >= fr.count:
                     whole[f] = decode_batch(fr.payload).events
+                else:
+                    short = True
+            if not short:  # every one at hand: no branch per event
+                return [whole[f][p] for f, p in zip(src.tolist(), self.pos[idx].tolist())]
         for f, p, o, n in zip(src.tolist(), self.pos[idx].tolist(), self.off[idx].tolist(),
                               self.len[idx].tolist()):
+            w = whole.get(f)
+            if w is not None:
+                add(w[p])
+                continue
             fr = frames[f]
-            if type(fr) is not ColFrame:
-                out.append(fr.events[p])
-            elif fr.decoded is not None:
-                out.append(fr.decoded[p])
-            elif f in whole:
-                out.append(whole[f][p])
+            if type(fr) is not ColFrame or fr.decoded is not None:
+                whole[f] = w = fr.events
+                add(w[p])
             elif n < 0:
-                out.append(fr.objs[o])
+                add(fr.objs[o])
             else:
-                out.append(one(fr.payload[o:o + n]))
+                add(one(fr.payload[o:o + n]))
         return out
 
 
