@@ -85,15 +85,23 @@ class DiagnosisTicks:
     def saw_chunk(self, chunk) -> None:
         """Each start's (group, seq, op) first seen, and the marks, of a `columns.Chunk`
         (its `times` from the merge)."""
-        kind, times, event = chunk.kind, chunk.times, chunk.event
+        kind, times = chunk.kind, chunk.times
         fs = self.first_start
-        for k in np.flatnonzero(kind == START).tolist():
-            ev = event(k)
-            key = (ev.group, ev.seq, ev.op)
-            if key not in fs:
-                fs[key] = int(times[k])
-        for k in np.flatnonzero(kind == QUIET).tolist():
-            ev = event(k)
+        sp = np.flatnonzero(kind == START)
+        if len(sp):  # from the columns: (group, op) by signature, the first start of each instance
+            names: dict[tuple[str, str], int] = {}
+            code = np.array([names.setdefault((k[1], k[0]), len(names)) for k in chunk.sigs], np.int64)
+            keys = [(g, op) for g, op in names]
+            c, seq = code[chunk.sig[sp]], chunk.seq[sp]
+            _, first = np.unique(np.stack([c, seq]), axis=1, return_index=True)
+            first.sort()
+            for k in first.tolist():
+                group, op = keys[c[k]]
+                key = (group, int(seq[k]), op)
+                if key not in fs:
+                    fs[key] = int(times[sp[k]])
+        quiet = np.flatnonzero(kind == QUIET)
+        for k, ev in zip(quiet.tolist(), chunk.events(quiet)):
             if type(ev) is Mark:
                 self.marks.append(Tick(int(times[k]), ev.text))
 
