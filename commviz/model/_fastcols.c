@@ -502,7 +502,7 @@ static int rd_end(Cur *c, Py_ssize_t k, long long *row) {
 /* frame(payload: bytes, max_schema: int, decode_one) -> None, or (schema, rank,
  * rows: bytes of R_N int64 per event, sigs: the frame's distinct signatures, objs:
  * the events that are neither starts nor ends, decoded by decode_one, tmax: the
- * latest time of a start or an end, LLONG_MIN if none). A start's
+ * latest time of a start or an end, LLONG_MIN if none, count: its events). A start's
  * R_SIG is its signature's index in sigs (a tuple); another event's R_OFF its index in objs (None if none)
  * (R_LEN -1); a start's or end's R_OFF and R_LEN its bytes in the payload. */
 static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
@@ -619,7 +619,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
                 Py_XSETREF(last_sigs, st);
             }
         }
-        ret = st ? Py_BuildValue("(LLOOOL)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None, tmax)
+        ret = st ? Py_BuildValue("(LLOOOLn)", schema, rank, rows, st, PyList_GET_SIZE(objs) ? objs : Py_None, tmax, m)
                  : NULL;
         Py_XDECREF(st);
     }

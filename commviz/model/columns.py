@@ -575,15 +575,20 @@ def _plan_instances(p: _Plan, nf: int, finv: np.ndarray, nb: np.ndarray, dur: np
     p.i_sig[finv] = p.sig
     p.i_seq = np.zeros(nf, np.int64)
     p.i_seq[finv] = p.seq
-    # The straggler test's arrival: the latest start and the one before it.
-    o3 = np.lexsort((s_rank[fs], p.s_wall, finv))
-    last_at = np.flatnonzero(np.r_[finv[o3][1:] != finv[o3][:-1], True])
-    p.t_last = p.s_wall[o3][last_at]
-    p.last_rank = s_rank[fs][o3][last_at]
-    prev_at = last_at - 1
-    has_prev = np.r_[False, finv[o3][1:] == finv[o3][:-1]][last_at]
-    p.t_prev = np.where(has_prev, p.s_wall[o3][np.maximum(prev_at, 0)], 0)
-    p.has_prev = has_prev
+    # The straggler test's arrival: the latest start (ties: the highest rank) and the
+    # latest of the others, per instance, by maxima rather than a sort.
+    w, rk = p.s_wall, s_rank[fs]
+    low = np.iinfo(np.int64).min
+    p.t_last = np.full(nf, low)
+    np.maximum.at(p.t_last, finv, w)
+    top = w == p.t_last[finv]
+    p.last_rank = np.full(nf, -1)
+    np.maximum.at(p.last_rank, finv[top], rk[top])
+    rest = ~(top & (rk == p.last_rank[finv]))  # a member starts an instance once: one is the last
+    t_prev = np.full(nf, low)
+    np.maximum.at(t_prev, finv[rest], w[rest])
+    p.has_prev = np.bincount(finv, minlength=nf) > 1
+    p.t_prev = np.where(p.has_prev, t_prev, 0)
 
 
 def _apply(model: Model, c: Chunk, p: _Plan) -> None:

@@ -37,6 +37,7 @@ _SIG = ("op", "group", "bytes", "dtype", "root", "reduce_op")
 _TAIL = ("error", "bytes", "device_ns", "captured")
 _sig, _tail = attrgetter(*_SIG), attrgetter(*_TAIL)
 _one = msgspec.msgpack.Decoder(Event)
+_decode_one = _one.decode
 
 
 def _bind_c():
@@ -73,11 +74,8 @@ class ColFrame(msgspec.Struct, gc=False):
     sigs: tuple
     objs: list | None
     tmax: int
-    count: int = 0
+    count: int
     decoded: list | None = None
-
-    def __post_init__(self) -> None:
-        self.count = len(self.rows) // (8 * R_N)
 
     @property
     def events(self) -> list:
@@ -90,7 +88,7 @@ def decode_frame(payload: bytes) -> Batch | ColFrame:
     """`decode_batch`, as columns where the C reader takes the frame: the same events,
     the same validation (it declines what it is not sure of, and msgspec judges)."""
     if _frame is not None:
-        got = _frame(payload, SCHEMA_VERSION, _one.decode)
+        got = _frame(payload, SCHEMA_VERSION, _decode_one)
         if got is not None:
             return ColFrame(payload, *got)
     return decode_batch(payload)
