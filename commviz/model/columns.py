@@ -42,6 +42,7 @@ from commviz.model.audit import WINDOWS
 from commviz.model.store import END, OTHER, START, EventStore, _pick, object_columns
 from commviz.model.store import _fastcols, _read, _read_c  # noqa: F401  (tests read them here)
 from commviz.model.straggler import Arrival
+from commviz.model.track import InFlight, Instance
 
 if TYPE_CHECKING:
     from commviz.model.state import Model
@@ -243,12 +244,29 @@ def _batch(model: Model, c: Chunk) -> None:
     plan = _plan(model, c)
     if plan is None:
         _chunk_one_by_one(model, c)
-    elif plan == "split":
-        half = len(c) // 2
-        _batch(model, c.part(0, half))
-        _batch(model, c.part(half, len(c)))
+    elif type(plan) is int:
+        # The per-event path may sweep at event `plan`: the events before it in bulk,
+        # then one by one until it has swept (or a while), then in bulk again.
+        if plan >= MIN_BATCH:
+            _batch(model, c.part(0, plan))
+        else:
+            plan = 0
+        done = plan + _until_sweep(model, c.part(plan, len(c)))
+        if done < len(c):
+            _batch(model, c.part(done, len(c)))
     else:
         _apply(model, c, plan)
+
+
+def _until_sweep(model: Model, c: Chunk, most: int = 2048) -> int:
+    """Events of `c` one by one until the model has swept its stale instances, or
+    `most` of them: how many went in."""
+    n, sweeps, ingest = min(len(c), most), model.sweeps, model.ingest
+    for i, r, ev in zip(range(1, n + 1), c.rank[:n].tolist(), c.events(np.arange(n))):
+        ingest(r, ev)
+        if model.sweeps != sweeps:
+            return i
+    return n
 
 
 class _Plan:
@@ -267,12 +285,14 @@ def _plan(model: Model, c: Chunk):
     inst = _instances(x, sigs)
     if inst is None:
         return None
-    ok = _fast_mask(model, x, sigs, inst, m.start_ok)
-    if not ok.any():  # nothing to gain (under a flood of dropped frames, no instance is whole): no halves either
+    ok, holed = _fast_mask(model, x, sigs, inst, m.start_ok)
+    take = ok | holed
+    if not take.any():  # nothing to gain: no halves either
         return None
-    if _would_sweep(model, x, sigs, r, m, inst, ok):
-        return "split" if len(c) >= 2 * MIN_BATCH else None
-    return _build_plan(c, x, sigs, r, m, inst, ok)
+    cut = _sweep_point(model, c, x, sigs, m, inst, ok)
+    if cut < len(c):
+        return cut
+    return _build_plan(c, x, sigs, r, m, inst, take, holed)
 
 
 class _Cols(NamedTuple):
@@ -476,19 +496,34 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
     return _Inst(coll, uk, inv, icnt)
 
 
-def _would_sweep(model: Model, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray) -> bool:
-    """No sweep of stale instances may run inside the batch (it would in the per-event
-    path at some count of open instances): bound how many can be open at once. Only
-    the slow starts open instances (`model.pending`); a fast instance never does."""
-    s_sig, s_seq = x.s_sig, x.s_seq
-    entered = (sigs.sig_group[s_sig] << ID_BITS) | s_seq
-    slow = sigs.sig_np2p[s_sig] & (s_seq >= 0)
-    slow[inst.coll[ok[inst.inv]]] = False
-    opened = len(np.unique(entered[slow]))
-    return len(model.pending) + opened + m.unmatched > model._sweep_at  # an unmatched end may re-open one
+def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray) -> int:
+    """No sweep of stale instances may run inside a batch: the per-event path sweeps
+    at a start that leaves more than `model._sweep_at` instances open, and in its
+    order every instance is open from its first start (whole ones until their last
+    member leaves; any other, as far as this can tell, to the end of the batch; an
+    unmatched end may re-open one). The position of the first start where that
+    bound passes the mark; len(c) where it never does."""
+    np2p = sigs.sig_np2p[x.s_sig] & (x.s_seq >= 0)
+    if not np2p.any():
+        return len(c)
+    keys = (sigs.sig_group[x.s_sig[np2p]] << ID_BITS) | x.s_seq[np2p]
+    uk, inv = np.unique(keys, return_inverse=True)
+    first = np.full(len(uk), len(c))
+    np.minimum.at(first, inv, x.sp[np2p])
+    close = np.full(len(uk), len(c) + 1)
+    w = np.flatnonzero(whole)
+    if len(w):  # a whole instance closes after its last member's end
+        last = np.full(len(inst.uk), -1)
+        np.maximum.at(last, inst.inv, x.ep[m.match[inst.coll]])
+        close[np.searchsorted(uk, inst.uk[w])] = last[w] + 1
+    diff = np.zeros(len(c) + 2, np.int64)
+    np.add.at(diff, first, 1)
+    np.add.at(diff, close, -1)
+    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - m.unmatched)
+    return int(over[0]) if len(over) else len(c)
 
 
-def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> np.ndarray:
+def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> tuple:
     """Per instance, whether it goes fast: only one whose whole life lies cleanly in the
     batch (each member's start exactly once, each able to go fast, one signature) and
     that the model does not already hold open changes the model by sums alone."""
@@ -496,8 +531,8 @@ def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.nd
     s_sig, s_rank, sig_group, members = x.s_sig, x.s_rank, sigs.sig_group, sigs.members
     ni = len(uk)
     i_group = uk >> ID_BITS
-    ok = icnt == sigs.sig_members[i_group]
-    ok &= np.bincount(inv, weights=~start_ok[coll], minlength=ni) == 0
+    whole = icnt == sigs.sig_members[i_group]
+    ok = np.bincount(inv, weights=~start_ok[coll], minlength=ni) == 0
     sig_c = s_sig[coll]
     smin = np.full(ni, np.iinfo(np.int64).max)
     smax = np.full(ni, -1)
@@ -521,12 +556,16 @@ def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.nd
         for i in np.flatnonzero(ok).tolist():
             if (sigs.group_names[i_group[i]], int(i_seq[i])) in model.pending:
                 ok[i] = False
-    return ok
+    return ok & whole, ok & ~whole
 
 
-def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray) -> _Plan:
+def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray,
+                holed: np.ndarray) -> _Plan:
     """The `_Plan` of the fast instances (`ok`): per fast start and its end, in the
-    order of the start columns; then per fast instance (`_plan_instances`)."""
+    order of the start columns; then per fast instance (`_plan_instances`). Those
+    `holed` (a member's start not in the batch: a frame lost, or to come) do all a
+    whole one does but complete: they are left open, as the per-event path leaves
+    them."""
     sp, ep, s_t, e_t, s_seq, s_sig = x.sp, x.ep, x.s_t, x.e_t, x.s_seq, x.s_sig
     coll, inv = inst.coll, inst.inv
     offsets = r.offsets
@@ -555,6 +594,10 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     dur = rank_durations(s_t[fs], e_t[fe], x.e_dev[fe])
     _plan_instances(p, int(ok.sum()), finv, nb, dur, x.s_rank, fs)
     p.chunk, p.sp, p.fs = c, sp, fs
+    p.holed = holed[np.flatnonzero(ok)]
+    p.dur = dur
+    p.first_pos = np.full(p.nf, np.iinfo(np.int64).max)
+    np.minimum.at(p.first_pos, finv, p.s_pos)
     return p
 
 
@@ -596,8 +639,12 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     stats = model.stats
     from commviz.model.stats import OpStats
 
-    order = np.argsort(p.done_pos, kind="stable")
-    done = p.done_pos[order].tolist()
+    # each whole instance completes where its last member leaves; each holed one
+    # opens where its first member enters
+    at = np.where(p.holed, p.first_pos, p.done_pos)
+    order = np.argsort(at, kind="stable")
+    done = at[order].tolist()
+    opens = _Openings(model, c, p) if p.holed.any() else None
     slow_at = np.flatnonzero(~p.fast)
     slow = slow_at.tolist()
     # `Model.on_op`: each fast op handed on at its end's place among the slow events,
@@ -611,7 +658,11 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
         ingest, ranks = model.ingest, c.rank[slow_at].tolist()
         for pos, rank, ev in zip(slow, ranks, c.events(slow_at)):
             while j < nf and done[j] < pos:
-                _complete(model, p, int(order[j]), stats, shed, OpStats)
+                i = int(order[j])
+                if opens is not None and p.holed[i]:
+                    opens.open(i)
+                else:
+                    _complete(model, p, i, stats, shed, OpStats)
                 j += 1
             while k < ne and ended.pos[k] < pos:
                 on_op(*ended.args(k))
@@ -619,7 +670,11 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             d.pos = pos
             ingest(rank, ev)
         while j < nf:
-            _complete(model, p, int(order[j]), stats, shed, OpStats)
+            i = int(order[j])
+            if opens is not None and p.holed[i]:
+                opens.open(i)
+            else:
+                _complete(model, p, i, stats, shed, OpStats)
             j += 1
         while k < ne:
             on_op(*ended.args(k))
@@ -663,6 +718,38 @@ class _FastEnds:
             self.items = list(zip(p.ur[p.ri[o]].tolist(), both[:m], p.s_wall[o].tolist(), both[m:],
                                   p.e_wall[o].tolist()))
         return self.items[k - self.lo]
+
+
+class _Openings:
+    """The holed instances of a plan, each put into `model.pending` as the per-event
+    path leaves it once its members present have entered and left: their starts (the
+    OpStarts made in one call), arrival, bytes, durations, who left."""
+
+    def __init__(self, model: Model, c: Chunk, p: _Plan) -> None:
+        k = np.flatnonzero(p.holed[p.finv])  # the fast starts of holed instances
+        k = k[np.lexsort((p.s_pos[k], p.finv[k]))]  # by instance, members in the order they entered
+        self.model, self.p = model, p
+        self.k = k
+        self.starts = c.events(p.s_pos[k])
+        self.bounds = dict(zip(*np.unique(p.finv[k], return_index=True)))
+        self.ranks = p.ur[p.ri[k]].tolist()
+        self.walls, self.nbytes, self.durs = p.s_wall[k].tolist(), p.nbytes[k].tolist(), p.dur[k].tolist()
+        self.n = np.bincount(p.finv[k], minlength=p.nf)
+
+    def open(self, i: int) -> None:
+        p = self.p
+        lo = int(self.bounds[i])
+        hi = lo + int(self.n[i])
+        op, group = p.sig_list[p.i_sig[i]][:2]
+        inst = Instance(op, group, int(p.i_seq[i]))
+        for q in range(lo, hi):
+            rank = self.ranks[q]
+            inst.starts[rank] = InFlight(self.starts[q], self.walls[q])
+            inst.durations[rank] = self.durs[q]
+            inst.ended.add(rank)
+        inst.last_arrival = max(self.walls[lo:hi])
+        inst.bytes = max(self.nbytes[lo:hi])
+        self.model.pending[(group, inst.seq)] = inst
 
 
 def _complete(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:
