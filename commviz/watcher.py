@@ -134,16 +134,10 @@ class LiveFeed:
             if not (force or time.monotonic() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
                 return
             queue, self._queue, self._queued = self._queue, [], 0
+        # (a batch without every rank still goes in bulk: the collectives whose members
+        # present entered and left in it are taken whole, and left open)
         events = EventStore.join([self._carry, *queue] if len(self._carry) else queue)
-        ranks = events.rank
-        if len({b.rank for b in queue}) < self.model.world_size and not len(self._carry):
-            # Not every rank is in the batch: no collective of the world can be whole
-            # in it, and the batch path's planning would cost more than it saves.
-            for r, ev in zip(ranks.tolist(), events):
-                self.model.ingest(r, ev)
-            done = len(events)
-        else:
-            done = self.model.ingest_many(ranks, events, settle=not force)
+        done = self.model.ingest_many(events.rank, events, settle=not force)
         self._carry = events[done:]
         if done < len(events):
             self._carried_at = time.monotonic()

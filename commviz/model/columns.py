@@ -443,11 +443,11 @@ def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
 class _Ends(NamedTuple):
     """`ekey` each end's (rank, id); `match` each start's end (an index into the end
     columns, valid where `start_ok`); `start_ok` whether the start can go fast;
-    `unmatched` how many ends have no start in the batch."""
+    `loose` the ends that may leave an op begun before the batch."""
     ekey: np.ndarray
     match: np.ndarray
     start_ok: np.ndarray
-    unmatched: int
+    loose: np.ndarray
 
 
 def _match_ends(x: _Cols, sigs: _Sigs, r: _Ranks) -> _Ends:
@@ -468,11 +468,11 @@ def _match_ends(x: _Cols, sigs: _Sigs, r: _Ranks) -> _Ends:
     valid_e = (e_id[match] == s_id) & (e_id[match] >= 0)
     start_ok = (sigs.sig_coll[s_sig] & (s_seq >= 0) & r.rank_ok[r.s_ri] & once & valid_e
                 & (x.ep[match] > x.sp) & ~x.e_err[match])
-    if r.distinct:  # each end with a start is counted once, by its start
-        unmatched = len(ekey) - int((hi - lo).sum())
-    else:
-        unmatched = len(ekey) - int(np.isin(ekey, skey).sum())
-    return _Ends(ekey, match, start_ok, unmatched)
+    # An end may leave an op begun before the batch (and so enter its collective) only
+    # if no start of a rank whose ids are new pairs with it
+    loose = np.ones(len(ekey), bool)
+    loose[match[r.rank_ok[r.s_ri] & once]] = False
+    return _Ends(ekey, match, start_ok, loose)
 
 
 class _Inst(NamedTuple):
@@ -501,8 +501,8 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     at a start that leaves more than `model._sweep_at` instances open, and in its
     order every instance is open from its first start (whole ones until their last
     member leaves; any other, as far as this can tell, to the end of the batch; an
-    unmatched end may re-open one). The position of the first start where that
-    bound passes the mark; len(c) where it never does."""
+    end that leaves an op begun before the batch may re-open one). The position of
+    the first start where that bound passes the mark; len(c) where it never does."""
     np2p = sigs.sig_np2p[x.s_sig] & (x.s_seq >= 0)
     if not np2p.any():
         return len(c)
@@ -519,8 +519,21 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     diff = np.zeros(len(c) + 2, np.int64)
     np.add.at(diff, first, 1)
     np.add.at(diff, close, -1)
-    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - m.unmatched)
+    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - _reopening(model, x, m))
     return int(over[0]) if len(over) else len(c)
+
+
+def _reopening(model: Model, x: _Cols, m: _Ends) -> int:
+    """How many ends of the batch leave an op in flight since an earlier one (a frame
+    whose start was lost leaves orphans: they change nothing)."""
+    u = np.flatnonzero(m.loose)
+    if not len(u):
+        return 0
+    get, n = model.ranks.get, 0
+    for rank, i in zip(x.e_rank[u].tolist(), x.e_id[u].tolist()):
+        st = get(rank)
+        n += st is not None and i in st.inflight
+    return n
 
 
 def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> tuple:
