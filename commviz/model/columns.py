@@ -275,7 +275,8 @@ class _Plan:
 
 def _plan(model: Model, c: Chunk):
     """The fast instances of `c` and what they do; None where the batch is better
-    taken one event at a time, "split" where its halves may each go fast."""
+    taken one event at a time; a position where the batch must stop short of a sweep
+    the per-event path may run there (`_sweep_point`)."""
     x = _columns(c)
     if x is None:
         return None
@@ -742,7 +743,6 @@ class _Openings:
         k = np.flatnonzero(p.holed[p.finv])  # the fast starts of holed instances
         k = k[np.lexsort((p.s_pos[k], p.finv[k]))]  # by instance, members in the order they entered
         self.model, self.p = model, p
-        self.k = k
         self.starts = c.events(p.s_pos[k])
         self.bounds = dict(zip(*np.unique(p.finv[k], return_index=True)))
         self.ranks = p.ur[p.ri[k]].tolist()
@@ -760,8 +760,8 @@ class _Openings:
             inst.starts[rank] = InFlight(self.starts[q], self.walls[q])
             inst.durations[rank] = self.durs[q]
             inst.ended.add(rank)
-        inst.last_arrival = max(self.walls[lo:hi])
-        inst.bytes = max(self.nbytes[lo:hi])
+        inst.last_arrival = max(0, *self.walls[lo:hi])  # as Tracker.enter and leave keep them, from 0
+        inst.bytes = max(0, *self.nbytes[lo:hi])
         self.model.pending[(group, inst.seq)] = inst
 
 
