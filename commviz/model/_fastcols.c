@@ -278,8 +278,10 @@ static int rd_str(Cur *c, const char **s, Py_ssize_t *len) {
     } else {
         int h = b == 0xd9 ? 1 : b == 0xda ? 2 : b == 0xdb ? 4 : 0;
         if (!h || c->e - q < h) return -1;
-        n = (Py_ssize_t)be(q, h);
+        unsigned long long u = be(q, h);
         q += h;
+        if (u > (unsigned long long)(c->e - q)) return -1; /* compared unsigned: no negative size */
+        n = (Py_ssize_t)u;
     }
     if (c->e - q < n) return -1;
     *s = (const char *)q;
@@ -297,8 +299,10 @@ static int rd_arr(Cur *c, Py_ssize_t *n) {
     } else {
         int h = b == 0xdc ? 2 : b == 0xdd ? 4 : 0;
         if (!h || c->e - q < h) return -1;
-        *n = (Py_ssize_t)be(q, h);
+        unsigned long long u = be(q, h);
         q += h;
+        if (u > (unsigned long long)(c->e - q)) return -1; /* each item takes a byte at least */
+        *n = (Py_ssize_t)u;
     }
     c->p = q;
     return 0;
@@ -354,8 +358,10 @@ static int skip(Cur *c, int depth) {
             n = fixed;
         } else {
             if (c->e - q < h) return -1;
-            Py_ssize_t v = (Py_ssize_t)be(q, h);
+            unsigned long long u = be(q, h);
             q += h;
+            if (u > (unsigned long long)(c->e - q)) return -1; /* a size or count past the frame */
+            Py_ssize_t v = (Py_ssize_t)u;
             if (kind == 1) items = v;
             else if (kind == 2) items = 2 * v;
             else n = v + ext;

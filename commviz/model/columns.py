@@ -286,11 +286,12 @@ def _plan(model: Model, c: Chunk):
     inst = _instances(x, sigs)
     if inst is None:
         return None
-    ok, holed = _fast_mask(model, x, sigs, inst, m.start_ok)
+    reopen, touched = _reopening(model, x, m)
+    ok, holed = _fast_mask(model, x, sigs, inst, m.start_ok, touched)
     take = ok | holed
     if not take.any():  # nothing to gain: no halves either
         return None
-    cut = _sweep_point(model, c, x, sigs, m, inst, ok)
+    cut = _sweep_point(model, c, x, sigs, m, inst, ok, reopen)
     if cut < len(c):
         return cut
     return _build_plan(c, x, sigs, r, m, inst, take, holed)
@@ -497,13 +498,15 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
     return _Inst(coll, uk, inv, icnt)
 
 
-def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray) -> int:
+def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray,
+                 reopen: int) -> int:
     """No sweep of stale instances may run inside a batch: the per-event path sweeps
     at a start that leaves more than `model._sweep_at` instances open, and in its
     order every instance is open from its first start (whole ones until their last
     member leaves; any other, as far as this can tell, to the end of the batch; an
-    end that leaves an op begun before the batch may re-open one). The position of
-    the first start where that bound passes the mark; len(c) where it never does."""
+    end that leaves an op begun before the batch may re-open one: `reopen` of them).
+    The position of the first start where that bound passes the mark; len(c) where it
+    never does."""
     np2p = sigs.sig_np2p[x.s_sig] & (x.s_seq >= 0)
     if not np2p.any():
         return len(c)
@@ -520,24 +523,30 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     diff = np.zeros(len(c) + 2, np.int64)
     np.add.at(diff, first, 1)
     np.add.at(diff, close, -1)
-    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - _reopening(model, x, m))
+    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - reopen)
     return int(over[0]) if len(over) else len(c)
 
 
-def _reopening(model: Model, x: _Cols, m: _Ends) -> int:
+def _reopening(model: Model, x: _Cols, m: _Ends) -> tuple[int, set]:
     """How many ends of the batch leave an op in flight since an earlier one (a frame
-    whose start was lost leaves orphans: they change nothing)."""
+    whose start was lost leaves orphans: they change nothing), and the (group, seq) of
+    those ops: such an end enters its collective again (one evicted from `pending`
+    while a rank was inside, say), so no instance of that key may go in bulk."""
     u = np.flatnonzero(m.loose)
+    n, keys = 0, set()
     if not len(u):
-        return 0
-    get, n = model.ranks.get, 0
+        return n, keys
+    get = model.ranks.get
     for rank, i in zip(x.e_rank[u].tolist(), x.e_id[u].tolist()):
         st = get(rank)
-        n += st is not None and i in st.inflight
-    return n
+        fl = st.inflight.get(i) if st is not None else None
+        if fl is not None:
+            n += 1
+            keys.add((fl.start.group, fl.start.seq))
+    return n, keys
 
 
-def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray) -> tuple:
+def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.ndarray, touched: set) -> tuple:
     """Per instance, whether it goes fast: only one whose whole life lies cleanly in the
     batch (each member's start exactly once, each able to go fast, one signature) and
     that the model does not already hold open changes the model by sums alone."""
@@ -566,9 +575,10 @@ def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.nd
             member[sel] = np.isin(rank_c[sel], np.fromiter(mem, np.int64, len(mem)))
     ok &= np.bincount(inv, weights=~member, minlength=ni) == 0
     i_seq = uk & (ID_MAX - 1)
-    if model.pending:
+    if model.pending or touched:  # held open already, or to be entered by an end of an older op
         for i in np.flatnonzero(ok).tolist():
-            if (sigs.group_names[i_group[i]], int(i_seq[i])) in model.pending:
+            key = (sigs.group_names[i_group[i]], int(i_seq[i]))
+            if key in model.pending or key in touched:
                 ok[i] = False
     return ok & whole, ok & ~whole
 

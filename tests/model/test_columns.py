@@ -384,3 +384,57 @@ def test_an_instance_a_member_never_entered_goes_in_bulk_and_stays_open(monkeypa
     # the 20 left open, and instances a batch's edge cut (opened here, completed by the next)
     assert len(opened) >= 20 and sorted(k[1] for k in many.pending) == list(range(100, 120))
     assert sum(taken) > 0.95 * (len(lost) - 20)  # all but rank 1's orphan ends
+
+
+def test_an_end_that_enters_a_collective_evicted_while_it_was_inside_keeps_that_collective_slow(monkeypatch):
+    """A rank inside (g, 0) when `pending` evicted it leaves it in the next batch: its
+    end enters (g, 0) again, and the other members' start and end there must join
+    that instance, as one at a time, not be opened afresh beside it."""
+    from commviz.model import state as state_mod
+
+    monkeypatch.setattr(state_mod, "SWEEP_FIRST", 2)
+    monkeypatch.setattr(state_mod, "MAX_PENDING", 2)
+    pre = [(r, GroupDef("g", [0, 1, 2], "gloo")) for r in range(3)] + [(1, Counters(1)), (2, Counters(1))]
+    pre += [(0, OpStart(0, 10, "all_reduce", "g", 0, 64))]  # rank 0 enters seq 0 and stays inside
+    for s in range(1, 6):  # rank 0 alone in seqs 1..5: the others' frames lost
+        pre += [(0, OpStart(s, 10 + s, "all_reduce", "g", s, 64)), (0, OpEnd(s, 11 + s))]
+    batch = [(0, OpEnd(0, 100))]
+    for r in (1, 2):
+        batch += [(r, OpStart(0, 101, "all_reduce", "g", 0, 64)), (r, OpEnd(0, 102))]
+    ids = {0: 6, 1: 1, 2: 1}
+    for s in range(6, 120):
+        batch += [(r, OpStart(ids[r], 200 + s, "all_reduce", "g", s, 64)) for r in range(3)]
+        batch += [(r, OpEnd(ids[r], 201 + s)) for r in range(3)]
+        for r in range(3):
+            ids[r] += 1
+    one, many = Model(), Model()
+    for m in (one, many):
+        for r, ev in pre:
+            m.ingest(r, ev)
+        m._sweep_at = 100
+    assert ("g", 0) not in many.pending and many.tracker.evicted_instances
+    for r, ev in batch:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    many.ingest_many([r for r, _ in batch], [ev for _, ev in batch])
+    assert _state(many) == _state(one)
+    assert sum(taken) > 0.9 * len(batch)
+
+
+@pytest.mark.parametrize("nbytes,wall", [(-1, 10**18), (64, 0)])
+def test_an_instance_left_open_keeps_bytes_and_arrival_from_zero(nbytes, wall):
+    """`Tracker` keeps an instance's bytes and latest arrival from 0 up: a start of -1
+    bytes, or a clock before the epoch, leaves them at 0."""
+    trace = []
+    for r in range(4):
+        trace += [(r, Hello(r, r, 4, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 10**15, wall)),
+                  (r, GroupDef("0", [0, 1, 2, 3], "gloo"))]
+    for i in range(200):
+        trace += [(r, OpStart(i, 10**12 + 1000 * i + r, "all_reduce", "0", i, nbytes))
+                  for r in range(4) if not (r == 1 and i == 50)]  # rank 1's start of seq 50 lost
+        trace += [(r, OpEnd(i, 10**12 + 1000 * i + 900)) for r in range(4)]
+    one, many = Model(), Model()
+    for r, ev in trace:
+        one.ingest(r, ev)
+    many.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    assert _state(many) == _state(one)
