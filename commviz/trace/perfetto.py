@@ -348,6 +348,12 @@ def _rank_t0(item: tuple) -> tuple[int, int]:
     return item[0], item[1]
 
 
+# Events a streaming export sorts and feeds at a time: the writer holds a chunk's ops
+# (their OpStart and OpEnd made for it) until the chunk is in, so its chunks are half
+# of `summary`'s, which holds none (a quarter costs ~15 % more time, for 20 MB less).
+EXPORT_CHUNK = 32768
+
+
 def export_stream(stream, path: str) -> ChromeTraceWriter:
     """The trace of a `trace.stream.TraceStream` written to `path` as
     `to_chrome_trace` would give it, in bounded memory: fed to a model that keeps no
@@ -359,7 +365,7 @@ def export_stream(stream, path: str) -> ChromeTraceWriter:
         with open(path, "w") as f:
             w = ChromeTraceWriter(f, origin)
             model = Model(flows=False, on_op=w.op, on_mark=w.mark)
-            model.ingest_chunks(stream.chunks(), cut_off=stream.truncated, snapshot=stream.snapshot,
+            model.ingest_chunks(stream.chunks(EXPORT_CHUNK), cut_off=stream.truncated, snapshot=stream.snapshot,
                                 after_chunk=lambda: w.flush(model))
             w.finish(model)
         if w.origin_ok:

@@ -235,9 +235,10 @@ class TraceStream:
             return ChunkMerge(self._sources(count=False, columns=True), self.first_offset, chunk)
         return ChunkMerge.resume(state, self._frames(state.positions, count=False, columns=True))
 
-    def chunks(self) -> Iterator:
-        """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`."""
-        return order_stream_chunks(self._sources(columns=True), self.first_offset)
+    def chunks(self, chunk: int = CHUNK) -> Iterator:
+        """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`,
+        sorted `chunk` events at a time."""
+        return order_stream_chunks(self._sources(columns=True), self.first_offset, chunk)
 
     def _frames(self, positions: list | None = None, count: bool = True, columns: bool = False) -> list:
         """`columns`: frames read into columns where they can be (`store.decode_frame`),

@@ -207,7 +207,7 @@ class _Chunks:
         self.parts = parts
         self.passes = 0
 
-    def chunks(self):
+    def chunks(self, chunk=None):
         self.passes += 1
         for part in self.parts:
             yield Chunk([ev for _, ev in part], np.array([r for r, _ in part], np.int64))
