@@ -323,17 +323,24 @@ def _lossy_run(ranks: int, steps: int, per_frame: int, lose: float, seed: int) -
     return out
 
 
+def _one_and_many(monkeypatch, trace: list, one: Model | None = None, many: Model | None = None) -> tuple:
+    """`trace` into `one` an event at a time and into `many` in one `ingest_many`,
+    which must leave the same state; (one, many, events each batch took fast)."""
+    one, many = one or Model(), many or Model()
+    for r, ev in trace:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    many.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    assert _state(many) == _state(one)
+    return one, many, taken
+
+
 def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
     """A gap in a rank's op ids (its frame lost) used to send every op of that rank in
     the batch, and so every collective it belongs to, the per-event way."""
     trace = _lossy_run(ranks=4, steps=2000, per_frame=20, lose=0.0, seed=0)
     lost = [(r, ev) for r, ev in trace if not (r == 2 and isinstance(ev, (OpStart, OpEnd)) and 500 <= ev.id < 520)]
-    one, many = Model(), Model()
-    for r, ev in lost:
-        one.ingest(r, ev)
-    taken = _spy_fast(monkeypatch)
-    many.ingest_many([r for r, _ in lost], [ev for _, ev in lost])
-    assert _state(many) == _state(one)
+    _, many, taken = _one_and_many(monkeypatch, lost)
     assert sum(taken) > 0.9 * len(lost)
     seen = many.ranks[2].seen_ids
     assert seen.floor == 499 and seen.above == set(range(520, 2000)) and seen.top == 1999
@@ -372,15 +379,10 @@ def test_an_instance_a_member_never_entered_goes_in_bulk_and_stays_open(monkeypa
     path, without going one event at a time."""
     trace = _lossy_run(ranks=4, steps=400, per_frame=20, lose=0.0, seed=0)
     lost = [(r, ev) for r, ev in trace if not (r == 1 and isinstance(ev, OpStart) and 100 <= ev.id < 120)]
-    one, many = Model(), Model()
-    for r, ev in lost:
-        one.ingest(r, ev)
     opened = []
     real = columns._Openings.open
     monkeypatch.setattr(columns._Openings, "open", lambda self, i: (opened.append(i), real(self, i)))
-    taken = _spy_fast(monkeypatch)
-    many.ingest_many([r for r, _ in lost], [ev for _, ev in lost])
-    assert _state(many) == _state(one)
+    _, many, taken = _one_and_many(monkeypatch, lost)
     # the 20 left open, and instances a batch's edge cut (opened here, completed by the next)
     assert len(opened) >= 20 and sorted(k[1] for k in many.pending) == list(range(100, 120))
     assert sum(taken) > 0.95 * (len(lost) - 20)  # all but rank 1's orphan ends
@@ -413,16 +415,12 @@ def test_an_end_that_enters_a_collective_evicted_while_it_was_inside_keeps_that_
             m.ingest(r, ev)
         m._sweep_at = 100
     assert ("g", 0) not in many.pending and many.tracker.evicted_instances
-    for r, ev in batch:
-        one.ingest(r, ev)
-    taken = _spy_fast(monkeypatch)
-    many.ingest_many([r for r, _ in batch], [ev for _, ev in batch])
-    assert _state(many) == _state(one)
+    _, _, taken = _one_and_many(monkeypatch, batch, one, many)
     assert sum(taken) > 0.9 * len(batch)
 
 
 @pytest.mark.parametrize("nbytes,wall", [(-1, 10**18), (64, 0)])
-def test_an_instance_left_open_keeps_bytes_and_arrival_from_zero(nbytes, wall):
+def test_an_instance_left_open_keeps_bytes_and_arrival_from_zero(nbytes, wall, monkeypatch):
     """`Tracker` keeps an instance's bytes and latest arrival from 0 up: a start of -1
     bytes, or a clock before the epoch, leaves them at 0."""
     trace = []
@@ -433,8 +431,5 @@ def test_an_instance_left_open_keeps_bytes_and_arrival_from_zero(nbytes, wall):
         trace += [(r, OpStart(i, 10**12 + 1000 * i + r, "all_reduce", "0", i, nbytes))
                   for r in range(4) if not (r == 1 and i == 50)]  # rank 1's start of seq 50 lost
         trace += [(r, OpEnd(i, 10**12 + 1000 * i + 900)) for r in range(4)]
-    one, many = Model(), Model()
-    for r, ev in trace:
-        one.ingest(r, ev)
-    many.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
-    assert _state(many) == _state(one)
+    _, many, _ = _one_and_many(monkeypatch, trace)
+    assert many.pending[("0", 50)].bytes >= 0 and many.pending[("0", 50)].last_arrival >= 0
