@@ -65,12 +65,20 @@ def _num(v: object) -> float | None:
     return None
 
 
+_NS_MAX = (1 << 63) - 1  # the model keeps times in int64 columns
+
+
 def _span(e: dict, base: int) -> tuple[int, int] | None:
+    """(start, end) in ns; None where either is not a time (or past what an int64
+    holds: a duration of millennia is a damaged file, not an op)."""
     ts, dur = _num(e.get("ts")), _num(e.get("dur"))
     if ts is None:
         return None
     t0 = base + int(ts * 1000)
-    return t0, t0 + int((dur or 0.0) * 1000)
+    t1 = t0 + int((dur or 0.0) * 1000)
+    if not (-_NS_MAX <= t0 <= _NS_MAX and -_NS_MAX <= t1 <= _NS_MAX):
+        return None
+    return t0, t1
 
 
 def parse(doc: dict, rank_hint: int | None) -> RankTrace:
