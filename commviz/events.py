@@ -18,9 +18,14 @@ Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job), `Audit` a
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Annotated, Any, Union
 
 import msgspec
+
+# Every int on the wire and in a file must fit the model's int64 columns (msgpack can
+# carry up to 2**64 - 1): a larger one is refused on decode, as a bad frame, rather
+# than failing the batch it lands in.
+I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 SCHEMA_VERSION = 2
 
@@ -29,18 +34,18 @@ SCHEMA_VERSION = 2
 
 
 class Hello(msgspec.Struct, tag="hello", array_like=True, omit_defaults=True):
-    rank: int
-    local_rank: int
-    world_size: int
+    rank: I64
+    local_rank: I64
+    world_size: I64
     host: str
-    pid: int
+    pid: I64
     backend: str
     device: str
     torch_version: str
     commviz_version: str
     job: str
-    mono_ns: int
-    wall_ns: int
+    mono_ns: I64
+    wall_ns: I64
     cuda_uuid: str | None = None
     pci_bus_id: str | None = None
     ring: str = ""  # this rank's crash ring (trace/ring.py), for the watcher on the same host
@@ -48,7 +53,7 @@ class Hello(msgspec.Struct, tag="hello", array_like=True, omit_defaults=True):
 
 class GroupDef(msgspec.Struct, tag="group", array_like=True, omit_defaults=True):
     group: str
-    ranks: list[int]
+    ranks: list[I64]
     backend: str
     name: str = ""
 
@@ -58,21 +63,21 @@ class OpStart(msgspec.Struct, tag="start", array_like=True, omit_defaults=True, 
     point-to-point ops it counts per (direction, peer) so the k-th send a→b pairs
     with the k-th recv on b from a."""
 
-    id: int
-    t: int
+    id: I64
+    t: I64
     op: str
     group: str
-    seq: int
-    bytes: int
+    seq: I64
+    bytes: I64
     dtype: str = ""
-    shape: list[int] = []
-    peer: int = -1
-    root: int = -1
+    shape: list[I64] = []
+    peer: I64 = -1
+    root: I64 = -1
     is_async: bool = False
     reduce_op: str = ""
     batched: bool = False  # one P2POp of a batch_isend_irecv
-    bucket: int = -1  # DDP gradient bucket index (op "ddp_bucket")
-    params: int = 0  # parameters in that bucket
+    bucket: I64 = -1  # DDP gradient bucket index (op "ddp_bucket")
+    params: I64 = 0  # parameters in that bucket
 
 
 class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=False):
@@ -86,13 +91,13 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=F
     time the call took to return (the launch). `captured`: the op was recorded into a
     CUDA graph: nothing ran then, it runs at each replay of the graph."""
 
-    id: int
-    t: int
+    id: I64
+    t: I64
     error: str = ""
-    bytes: int = -1
-    peer: int = -1
-    device_ns: int = -1
-    enqueue_ns: int = -1
+    bytes: I64 = -1
+    peer: I64 = -1
+    device_ns: I64 = -1
+    enqueue_ns: I64 = -1
     captured: bool = False
 
 
@@ -131,27 +136,27 @@ def end_record(op_id: int, t: int, error: str = "", nbytes: int = -1, peer: int 
 
 
 class Sample(msgspec.Struct, tag="sample", array_like=True, omit_defaults=True):
-    t: int
+    t: I64
     values: dict[str, float] = {}
 
 
 class Mark(msgspec.Struct, tag="mark", array_like=True, omit_defaults=True):
-    t: int
+    t: I64
     text: str
 
 
 class Counters(msgspec.Struct, tag="counters", array_like=True, omit_defaults=True):
     """Probe health, sent periodically: totals since the rank started."""
 
-    t: int
-    dropped: int = 0
-    internal_errors: int = 0
-    trace_errors: int = 0
+    t: I64
+    dropped: I64 = 0
+    internal_errors: I64 = 0
+    trace_errors: I64 = 0
 
 
 class Goodbye(msgspec.Struct, tag="bye", array_like=True, omit_defaults=True):
-    t: int
-    dropped: int = 0
+    t: I64
+    dropped: I64 = 0
     reason: str = "exit"
 
 
@@ -161,7 +166,7 @@ class Stopped(msgspec.Struct, tag="stopped", array_like=True, omit_defaults=True
     says who ended the ranks rather than blaming them for dying. `after_s` is the wait
     that made it stop (the hang timeout), 0 when it was asked to."""
 
-    t: int
+    t: I64
     by: str  # "commviz record"
     reason: str = ""  # the diagnosis kinds, or "Ctrl-C"
     after_s: float = 0.0
@@ -176,7 +181,7 @@ class Frame(msgspec.Struct, array_like=True, omit_defaults=True):
     """One Python frame of a captured stack: where the code was, not its locals."""
 
     file: str
-    line: int
+    line: I64
     function: str = ""
     text: str = ""  # the source line, stripped, when the probe could read it
 
@@ -192,8 +197,8 @@ class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
     may run elsewhere, so only the rank knows them; the model also recognises the
     usual layouts by path when they are absent."""
 
-    t: int
-    op_id: int
+    t: I64
+    op_id: I64
     thread: str = ""
     frames: list[Frame] = []
     lib_dirs: list[str] = []
@@ -206,7 +211,7 @@ class BackendOp(msgspec.Struct, array_like=True):
 
     group: str
     op: str
-    t_wall: int
+    t_wall: I64
 
 
 class Audit(msgspec.Struct, tag="audit", array_like=True, omit_defaults=True):
@@ -215,8 +220,8 @@ class Audit(msgspec.Struct, tag="audit", array_like=True, omit_defaults=True):
     this rank's clock). `state` says why there is nothing to compare (recorder off,
     empty, wrapped, unreadable); then `ops` is empty."""
 
-    t: int
-    wall_ns: int
+    t: I64
+    wall_ns: I64
     state: str = ""
     ops: list[BackendOp] = []
 
@@ -227,7 +232,7 @@ class HostTopology(msgspec.Struct, tag="topology", array_like=True, omit_default
     has read NVML: the watcher maps each host's ranks against their own host's GPUs,
     not against the machine it runs on."""
 
-    t: int
+    t: I64
     host: str
     document: dict[str, Any] = {}
 
@@ -243,8 +248,8 @@ class Batch(msgspec.Struct, array_like=True):
     """One frame: a run of events from one rank. The rank lives here once rather
     than in every event."""
 
-    schema: int
-    rank: int
+    schema: I64
+    rank: I64
     events: list[Event]
 
 

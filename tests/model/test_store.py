@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 import struct
 
+import msgspec
 import numpy as np
 import pytest
 
@@ -119,3 +120,19 @@ def test_a_carried_tail_keeps_only_the_frames_and_signatures_it_uses():
     want = [ev for f in frames[-3:] for ev in f.events][-5:] + frames[0].events
     assert again.objects(np.arange(len(again))) == want
     assert again.rank.tolist() == [3] * 5 + [0, 0]
+
+
+@pytest.mark.parametrize("where", ["start t", "end device_ns", "group member", "shape"])
+def test_an_int_past_int64_is_a_bad_frame_not_a_failed_batch(where):
+    """msgpack carries ints up to 2**64 - 1; the model's columns hold int64. Such a
+    frame is refused when it is decoded (and counted as bad), where it used to be
+    taken and then fail the whole batch it was drained with."""
+    big = 2**63 + 5
+    ev = {"start t": ["start", 1, big, "all_reduce", "0", 0, 8],
+          "end device_ns": ["end", 1, 5, "", -1, -1, big],
+          "group member": ["group", "0", [0, big], "gloo"],
+          "shape": ["start", 1, 2, "all_reduce", "0", 0, 8, "f32", [big]]}[where]
+    payload = msgspec.msgpack.encode([1, 0, [ev]])
+    for decode in (decode_batch, decode_frame):
+        with pytest.raises(FrameError, match="9223372036854775807"):
+            decode(payload)
