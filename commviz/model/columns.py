@@ -40,7 +40,6 @@ from commviz.events import OpStart
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
 from commviz.model.store import END, OTHER, START, EventStore, _pick, object_columns
-from commviz.model.store import _fastcols, _read, _read_c  # noqa: F401  (tests read them here)
 from commviz.model.straggler import Arrival
 from commviz.model.track import InFlight, Instance
 

@@ -231,19 +231,19 @@ def test_shedding_in_batches_counts_what_it_sheds():
 def test_columns_read_in_c_are_the_columns_read_in_python():
     """model/_fastcols.c reads a batch's fields by slot; it must read what the Python
     reader does, and decline (leaving it to Python) what it cannot hold."""
-    assert columns._fastcols is not None  # not built: this fails, it is not skipped
-    store = [ev for _, ev in _trace(3)]
-    store += [OpStart(7, 8, "send", "0", 0, 16, peer=1), OpEnd(7, 9, error="boom", bytes=3, device_ns=5),
-              Counters(1, dropped=2), Sample(1, {"cpu": 0.5}), Mark(1, "m"), Goodbye(5)]
-    for s in (store, tuple(store)):
-        got, want = columns._read_c(s), columns._read(s)
+    assert store._fastcols is not None  # not built: this fails, it is not skipped
+    evs = [ev for _, ev in _trace(3)]
+    evs += [OpStart(7, 8, "send", "0", 0, 16, peer=1), OpEnd(7, 9, error="boom", bytes=3, device_ns=5),
+            Counters(1, dropped=2), Sample(1, {"cpu": 0.5}), Mark(1, "m"), Goodbye(5)]
+    for s in (evs, tuple(evs)):
+        got, want = store._read_c(s), store._read(s)
         for a, b in zip(got[:6], want[:6]):
             assert a.dtype == b.dtype and a.tolist() == b.tolist()
         assert got[6:] == want[6:]
-    bad = store[:10] + [OpStart(1, 2**70, "all_reduce", "0", 1, 4)]  # no int64 holds its time
-    assert columns._read_c(bad) is None
+    bad = evs[:10] + [OpStart(1, 2**70, "all_reduce", "0", 1, 4)]  # no int64 holds its time
+    assert store._read_c(bad) is None
     with pytest.raises(OverflowError):
-        columns._read(bad)
+        store._read(bad)
 
 
 def test_a_slow_end_keeps_its_group_among_fast_ends_of_another(monkeypatch):
