@@ -457,8 +457,6 @@ static PyObject *sig_cached(const Sig *g) {
 /* A start's fields after its tag (k of them), its row filled but for its signature. */
 static int rd_start(Cur *c, Py_ssize_t k, long long *row, Sig *g) {
     long long x;
-    const char *s;
-    Py_ssize_t n;
     g->s[2] = g->s[3] = EMPTY;
     g->n[2] = g->n[3] = 0;
     g->root = -1;
@@ -481,8 +479,6 @@ static int rd_start(Cur *c, Py_ssize_t k, long long *row, Sig *g) {
         default: if (rd_int(c, &x)) return -1; break; /* peer, bucket, params */
         }
     }
-    (void)s;
-    (void)n;
     return 0;
 }
 
