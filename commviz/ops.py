@@ -89,6 +89,9 @@ CATALOGUE: dict[str, OpSpec] = {
         # 2 int64 per dimension per parameter).
         _c("_broadcast_coalesced", TENSOR_LIST, "tensors", ONE, root_arg="src"),
         _c("_verify_params_across_processes", TENSOR_LIST_TIMES_N, "params", SPREAD),
+        # DDP's reducer, once, on the first forward after the first backward: the new
+        # bucket layout from the group's first rank (two broadcasts, from C++).
+        _c("ddp_rebuild_broadcast", TENSOR_LIST, "tensors", ONE, root_arg="root_rank"),
         # torch.distributed._functional_collectives (DTensor, tensor parallelism,
         # compiled models): named "funcol.<function>".
         _c("funcol.broadcast", TENSOR, "self", ONE, root_arg="src"),
@@ -109,6 +112,14 @@ CATALOGUE: dict[str, OpSpec] = {
         _c("funcol.all_to_all_single", TENSOR, "self", SPREAD),
         _c("funcol.all_to_all_single_autograd", TENSOR, "self", SPREAD),
         _c("funcol.permute_tensor", TENSOR, "self", SPREAD),
+        # The `_c10d_functional` ops a compiled graph calls (probe/kernels.py) where no
+        # public function above shares their name and bytes rule.
+        _c("funcol.all_reduce_", TENSOR, "input", ALLREDUCE, reduce_arg="reduce_op"),
+        _c("funcol.all_reduce_coalesced_", TENSOR_LIST, "inputs", ALLREDUCE, reduce_arg="reduce_op"),
+        _c("funcol.all_gather_into_tensor", TENSOR_TIMES_N, "input", SPREAD),
+        _c("funcol.all_gather_into_tensor_out", TENSOR_TIMES_N, "input", SPREAD),
+        _c("funcol.reduce_scatter_tensor_out", TENSOR, "input", SPREAD, reduce_arg="reduce_op"),
+        _c("funcol.broadcast_", TENSOR, "input", ONE, root_arg="src"),
     ]
 }
 

@@ -8,6 +8,7 @@ import functools
 import time
 
 from commviz.events import start_record
+from commviz.probe import transparent
 from commviz.probe.core import DEPTH, Rec, thread_state
 
 
@@ -64,6 +65,6 @@ def guarded(probe, name: str, orig, start, finish):
             health.internal(name, exc)
         return result
 
-    wrapper._commviz_original = orig
+    transparent.mark(wrapper, orig)
     probe.wrapper_codes.add(wrapper.__code__)
     return wrapper

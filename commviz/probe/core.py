@@ -97,6 +97,7 @@ class Probe:
         self._start_lock = threading.Lock()
         self._track_mode: dict[tuple[str, str], str] = {}
         self.late_patches: list = []  # run once torch is fully imported (probe start)
+        self.kernels = None  # dispatcher kernels (probe/kernels.py), installed at start
         self.default_group: GroupInfo | None = None  # cleared when the default group is destroyed
         self.ring = None  # crash ring writer (trace/ring.py)
         self.ring_start = None  # its start/end writers while it is open, called by the hot path

@@ -38,6 +38,7 @@ import threading
 import time
 
 from commviz.events import end_record
+from commviz.probe import transparent
 
 # CUstreamCaptureMode / cudaStreamCaptureMode
 CAPTURE_GLOBAL, CAPTURE_THREAD_LOCAL, CAPTURE_RELAXED = 0, 1, 2
@@ -273,8 +274,8 @@ class CudaSide:
                 if side.poller is not None:
                     side.poller.wake()
 
-        capture_begin._commviz_original = begin
-        capture_end._commviz_original = end
+        transparent.mark_method(capture_begin, begin)
+        transparent.mark_method(capture_end, end)
         G.capture_begin, G.capture_end = capture_begin, capture_end
         patched.append((G, "capture_begin", begin, capture_begin))
         patched.append((G, "capture_end", end, capture_end))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 
+from commviz.probe import transparent
+from commviz.probe.kernels import MAX_REBUILD_WINDOWS
 from commviz.probe.core import DEPTH, WANT_INNER, thread_state
 
 
@@ -60,6 +62,27 @@ def bucket_hook(probe, hook, pg):
         return fut
 
     return hooked
+
+
+def _rebuild_window(probe, ddp):
+    """The window in which the reducer's bucket-rebuild broadcasts are seen
+    (probe/kernels.py), for a forward that can rebuild; None for every other."""
+    import torch
+
+    k = probe.kernels
+    if (k is None or getattr(ddp, "_has_rebuilt_buckets", True) or not torch.is_grad_enabled()
+            or getattr(ddp, "_use_python_reducer", False)
+            or getattr(ddp, "find_unused_parameters", False) and not getattr(ddp, "static_graph", False)):
+        return None  # rebuilt already, or never rebuilds (torch's `should_rebuild_buckets`)
+    n = getattr(ddp, "_commviz_windows", 0)
+    if n >= MAX_REBUILD_WINDOWS:
+        return None
+    ddp._commviz_windows = n + 1
+    try:
+        return k.rebuild_window(ddp.process_group)
+    except Exception as exc:
+        probe.health.internal("ddp rebuild window", exc)
+        return None
 
 
 def install(probe, patched: list) -> None:
@@ -110,7 +133,11 @@ def install(probe, patched: list) -> None:
                     self._commviz_dispatch = disp
             except Exception as exc:
                 probe.health.internal("ddp hook", exc)
-        return orig_pre_forward(self, *inputs, **kwargs)
+        window = _rebuild_window(probe, self)
+        if window is None:
+            return orig_pre_forward(self, *inputs, **kwargs)
+        with window:
+            return orig_pre_forward(self, *inputs, **kwargs)
 
     for name, fn, orig in (
         ("register_comm_hook", register_comm_hook, orig_register),
@@ -118,6 +145,6 @@ def install(probe, patched: list) -> None:
         ("_pre_forward", _pre_forward, orig_pre_forward),
     ):
         functools.update_wrapper(fn, orig)
-        fn._commviz_original = orig
+        transparent.mark_method(fn, orig)
         setattr(DDP, name, fn)
         patched.append((DDP, name, orig, fn))

@@ -12,13 +12,10 @@ waited on it."""
 from __future__ import annotations
 
 import inspect
-import time
-import weakref
 
 from commviz import ops as opcat
-from commviz.probe import calls
+from commviz.probe import calls, transparent
 from commviz.probe.core import dtype_name
-from commviz.events import end_record
 
 # function -> (bytes: "tensor" | "gathered" | "list" | "list_gathered")
 FUNCTIONS = {
@@ -33,37 +30,10 @@ FUNCTIONS = {
 }
 
 
-class _Pending:
-    """Ops whose returned tensors are not waited on yet, by the storage they fill."""
-
-    def __init__(self, probe) -> None:
-        self.probe = probe
-        self.by_storage: dict[int, list] = {}  # data_ptr -> [op_id, tensors still to wait]
-
-    def watch(self, rec, acts: list) -> None:
-        entry = [rec.id, len(acts)]
-        for a in acts:
-            key = _storage(a.elem)
-            self.by_storage[key] = entry
-            weakref.finalize(a, self.done, key)
-
-    def done(self, key: int) -> None:
-        entry = self.by_storage.pop(key, None)
-        if entry is None:
-            return
-        entry[1] -= 1
-        if entry[1] == 0:
-            self.probe.push(end_record(entry[0], time.monotonic_ns()))
-
-
-def _storage(t) -> int:
-    return t.untyped_storage().data_ptr()
-
-
-def install(probe, patched: list) -> None:
+def install(probe, patched: list, pending) -> None:
+    """`pending`: the kernels' (probe/kernels.py), so either side may see the wait."""
     import torch.distributed._functional_collectives as funcol
 
-    pending = _Pending(probe)
     for fname, rule in FUNCTIONS.items():
         orig = getattr(funcol, fname, None)
         if orig is None or getattr(orig, "_commviz_original", None) is not None:
@@ -79,13 +49,12 @@ def install(probe, patched: list) -> None:
         def wait_tensor(tensor):
             out = wait(tensor)
             try:
-                if pending.by_storage:
-                    pending.done(_storage(tensor))
+                pending.waited(tensor)
             except Exception as exc:
                 probe.health.internal("funcol.wait_tensor", exc)
             return out
 
-        wait_tensor._commviz_original = wait
+        transparent.mark(wait_tensor, wait)
         funcol.wait_tensor = wait_tensor
         patched.append((funcol, "wait_tensor", wait, wait_tensor))
 
@@ -126,10 +95,10 @@ def _process_group(funcol, group, tag):
     return c10d._resolve_process_group(g) if isinstance(g, str) else g
 
 
-def _finish(probe, funcol, pending: _Pending, rec, result) -> None:
+def _finish(probe, funcol, pending, rec, result) -> None:
     outs = result if isinstance(result, (list, tuple)) else [result]
     acts = [t for t in outs if isinstance(t, funcol.AsyncCollectiveTensor) and not t.completed]
     if acts:
-        pending.watch(rec, acts)
+        pending.watch(rec, [(a.elem, a) for a in acts])
     else:
         probe.end_now(rec)  # already waited inside the call (tracing, a gather on another dim)

@@ -32,6 +32,7 @@ from commviz.probe.config import ProbeConfig
 from commviz import events
 from commviz.events import END, S_T, START, end_record
 from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, GroupInfo, Rec, thread_state
+from commviz.probe import transparent
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
 try:  # the common case of the fast wrapper, in C (setup.py); without it, Python does all
@@ -154,7 +155,7 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     fast = spec.bytes_rule == opcat.TENSOR and not (spec.kind == opcat.COLLECTIVE and spec.root_arg)
     wrapper = (_fast_wrapper if fast else _generic_wrapper)(orig, spec, am, probe)
     functools.update_wrapper(wrapper, orig)
-    wrapper._commviz_original = orig
+    transparent.mark(wrapper, orig)
     probe.wrapper_codes.add(wrapper.__code__)
     # The C wrapper caches each thread's state by thread: only for a plain
     # threading.local (gevent's greenlet-local would share it between greenlets).
@@ -164,14 +165,16 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
         except Exception as exc:  # a layout it does not know: the Python wrapper does it all
             probe.health.internal(f"{spec.name} (C wrapper)", exc)
             return wrapper
-        wrapper = c_wrapper
-        functools.update_wrapper(wrapper, orig)
-        wrapper._commviz_original = orig
-        # A call taken in C leaves no frame of ours: its thread is found by torch's
+        # The C wrapper leaves no frame of its own: its thread is found by torch's
         # own function's code (unique per op) on its stack. Not skipped in stacks.
         code = getattr(inspect.unwrap(orig), "__code__", None)
         if code is not None:
             probe.find_codes.add(code)
+        front = transparent.shim(c_wrapper)  # what dynamo can see through
+        front._commviz_fast = c_wrapper
+        probe.wrapper_codes.add(front.__code__)
+        functools.update_wrapper(front, orig)
+        wrapper = transparent.mark(front, orig)
     return wrapper
 
 
@@ -381,7 +384,7 @@ def _wrap_destroy(orig, probe):
         return orig(group)
 
     functools.update_wrapper(destroy_process_group, orig)
-    destroy_process_group._commviz_original = orig
+    transparent.mark(destroy_process_group, orig)
     return destroy_process_group
 
 
@@ -395,7 +398,7 @@ def _wrap_init(orig, probe):
         return result
 
     functools.update_wrapper(init_process_group, orig)
-    init_process_group._commviz_original = orig
+    transparent.mark(init_process_group, orig)
     return init_process_group
 
 
@@ -464,7 +467,7 @@ def _wrap_batch(orig, probe):
         return works
 
     functools.update_wrapper(batch_isend_irecv, orig)
-    batch_isend_irecv._commviz_original = orig
+    transparent.mark(batch_isend_irecv, orig)
     probe.wrapper_codes.add(batch_isend_irecv.__code__)
     return batch_isend_irecv
 
@@ -500,7 +503,7 @@ def _wrap_coalescing(orig, probe):
             probe.health.internal("_coalescing_manager", exc)
 
     functools.update_wrapper(_coalescing_manager, orig)
-    _coalescing_manager._commviz_original = orig
+    transparent.mark(_coalescing_manager, orig)
     return _coalescing_manager
 
 
@@ -529,7 +532,7 @@ def _canonical_p2p_ops(c10d, probe) -> None:
     def __init__(self, op, *args, **kwargs):
         orig_init(self, _c(op), *args, **kwargs)
 
-    __init__._commviz_original = orig_init
+    transparent.mark_method(__init__, orig_init)
     P.__new__ = staticmethod(__new__)
     P.__init__ = __init__
     _patched.append((P, "__init__", orig_init, __init__))
@@ -583,6 +586,7 @@ def install(addr: str | None = None, trace_dir: str | None = None):
         _patch(c10d, dist, "_coalescing_manager", lambda orig: _wrap_coalescing(orig, probe))
         _canonical_p2p_ops(c10d, probe)
         _rebind_imported(c10d, dist)
+        transparent.skip_our_frames()
         from commviz.probe import ddp
 
         # torch may still be importing itself here (the start-up hook fires on
@@ -600,10 +604,16 @@ def install(addr: str | None = None, trace_dir: str | None = None):
 def _install_more(probe) -> None:
     """What DDP's constructor and the functional collectives (DTensor) call: C++
     builtins and tensor-returning functions the generic wrapper cannot take."""
-    from commviz.probe import ddp_start, funcol
+    from commviz.probe import ddp_start, funcol, kernels
 
     ddp_start.install(probe, _patched)
-    funcol.install(probe, _patched)
+    k = kernels.Kernels(probe, kernels.Pending(probe))
+    funcol.install(probe, _patched, k.pending)
+    try:
+        k.install()
+    except Exception as exc:  # a torch without them: the audit names what goes unseen
+        probe.health.internal("dispatcher kernels", exc)
+    probe.kernels = k
 
 
 def current():

@@ -19,6 +19,8 @@ import time
 import weakref
 from datetime import timedelta
 
+from commviz.probe import transparent
+
 MAX_WAITERS = 32
 WAITER_IDLE_S = 5.0
 
@@ -64,7 +66,7 @@ class Waiters:
                 raise t.error
             return True
 
-        wait._commviz_original = orig
+        transparent.mark_method(wait, orig)
         wait.__doc__ = orig.__doc__
         work_cls.wait = wait
         self._orig_wait = orig

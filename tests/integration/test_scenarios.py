@@ -242,7 +242,10 @@ def test_ddp_bucket_count_follows_bucket_cap(tmp_path, isolated_env, cap_mb):
     # all-gathered) and the broadcast of rank 0's weights
     same_on_every_rank(j, {"ddp_bucket": (1 + (iters - 1) * per_step, iters * layers * grad),
                            "_verify_params_across_processes": (1, 8 * 2 * 2 * layers * n),
-                           "_broadcast_coalesced": (1, layers * grad)})
+                           "_broadcast_coalesced": (1, layers * grad),
+                           # the rebuild's layout (an int32 per parameter and the bucket
+                           # count, then one per bucket), from C++
+                           "ddp_rebuild_broadcast": (2, 4 * (layers + 1) + 4 * per_step)})
     for r in range(n):
         got = [(s.bucket, s.bytes, s.params) for s in j.ops[r] if s.op == "ddp_bucket"]
         size = layers * grad // per_step

@@ -39,7 +39,8 @@ def pairs(evs):
 
 @pytest.mark.parametrize("hook", ["none", "before", "after"])
 def test_ddp_buckets_match_torch(tmp_path, hook):
-    """Two iterations: DDP reduces one bucket first, then rebuilds into two."""
+    """Two iterations: DDP reduces one bucket first, then rebuilds into two, and
+    the rebuild's own broadcasts are seen."""
     events, rep = traced(tmp_path, "ddp_train.py", "--hook", hook)
     first = [int(x) for x in rep["logging"]["bucket_sizes"].split(",")]
     rebuilt = rep["rebuilt_bucket_bytes"]
@@ -52,17 +53,26 @@ def test_ddp_buckets_match_torch(tmp_path, hook):
     for r in (0, 1):
         got = [(s.op, s.seq, s.bytes, s.bucket, e.error) for s, e in pairs(events[r])]
         assert got[:2] == start_up
-        buckets = got[2:-1]
-        assert [b[0] for b in buckets] == ["ddp_bucket"] * (len(first) + 2)
-        assert sorted(b[2] for b in buckets[len(first):]) == sorted(rebuilt)
-        assert [b[2] for b in buckets[: len(first)]] == first
-        assert [b[3] for b in buckets] == [0] * len(first) + [0, 1]
-        assert [b[1] for b in buckets] == list(range(2, 2 + len(buckets)))  # one seq each, no inner all_reduce
+        n = len(first)
+        # the second forward rebuilds the buckets: the reducer broadcasts, from C++,
+        # the new layout (every parameter's index and the bucket count, then each
+        # bucket's size, as int32) from rank 0
+        rebuild = got[2 + n:4 + n]
+        assert rebuild == [("ddp_rebuild_broadcast", 2 + n, 4 * (len(rep["params"]) + 1), -1, ""),
+                           ("ddp_rebuild_broadcast", 3 + n, 4 * len(rebuilt), -1, "")]
+        assert all(s.root == 0 for s, _ in pairs(events[r])[2 + n:4 + n])
+        buckets = got[2:2 + n] + got[4 + n:-1]
+        assert [b[0] for b in buckets] == ["ddp_bucket"] * (n + 2)
+        assert sorted(b[2] for b in buckets[n:]) == sorted(rebuilt)
+        assert [b[2] for b in buckets[:n]] == first
+        assert [b[3] for b in buckets] == [0] * n + [0, 1]
+        # one seq each, no inner all_reduce
+        assert [b[1] for b in buckets] == list(range(2, 2 + n)) + list(range(4 + n, 6 + n))
         assert all(b[4] == "" for b in buckets)
         # the job's own all_reduce afterwards is an ordinary event
-        assert got[-1][0] == "all_reduce" and got[-1][1] == 2 + len(buckets)
-        params = [s.params for s, _ in pairs(events[r])][2:-1]
-        assert params == [4, 2, 2]
+        assert got[-1][0] == "all_reduce" and got[-1][1] == 4 + len(buckets)
+        params = [s.params for s, _ in pairs(events[r])]
+        assert params[2:2 + n] + params[4 + n:-1] == [4, 2, 2]
     if hook != "none":
         assert rep["hook_calls"] == [0, 0, 1]  # the user's hook still ran, once per bucket
         assert rep["logging"]["comm_hook"] == "my_hook"

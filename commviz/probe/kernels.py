@@ -1,0 +1,243 @@
+"""Collectives issued below Python, seen at torch's dispatcher.
+
+A compiled graph calls `torch.ops._c10d_functional.*` directly: no Python function
+of torch.distributed runs, so no wrapper can see it. Every such call goes through the
+dispatcher, and the dispatcher runs a BackendSelect kernel, if one is registered, for
+any real tensor before the backend's: ours records the event and redispatches to
+torch's own kernel. Tracing never reaches it (fake and functional tensors are taken
+by higher keys; the meta tensors a fake kernel may run are skipped), so graphs are
+unchanged. The event ends at the op's `wait_tensor`, which every functional
+collective's result goes through before use, or when its tensor is freed unwaited.
+
+A call made inside a wrapped one (eager funcol, whose Python wrapper already
+recorded it) passes straight through: one event per collective.
+
+DDP's reducer rebuilds its buckets once, on the first forward after the first
+backward, by two broadcasts from C++ (`sync_bucket_indices`). A permanent kernel on
+`c10d::broadcast_` would tax every eager broadcast (~2 µs of Python per call), so it
+is registered only around the forwards that can rebuild (`rebuild_window`), ~60 µs
+each, and only until DDP says the buckets were rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import weakref
+
+from commviz.events import end_record
+from commviz.probe import calls
+from commviz.probe.core import DEPTH, thread_state
+from commviz.probe.names import dtype_name
+
+# op -> (how its bytes are counted, position of the reduce op or -1, of the group name)
+#   tensor: nbytes of the input; gathered: × group size; list / list_gathered: over inputs
+OPS = {
+    "all_reduce": ("tensor", 1, 2),
+    "all_reduce_": ("tensor", 1, 2),
+    "all_reduce_coalesced": ("list", 1, 2),
+    "all_reduce_coalesced_": ("list", 1, 2),
+    "all_gather_into_tensor": ("gathered", -1, 2),
+    "all_gather_into_tensor_out": ("gathered", -1, 2),
+    "all_gather_into_tensor_coalesced": ("list_gathered", -1, 2),
+    "reduce_scatter_tensor": ("tensor", 1, 3),
+    "reduce_scatter_tensor_out": ("tensor", 1, 3),
+    "reduce_scatter_tensor_coalesced": ("list", 1, 3),
+    "all_to_all_single": ("tensor", -1, 3),
+    "broadcast": ("tensor", -1, 2),
+    "broadcast_": ("tensor", -1, 2),
+}
+REBUILD = "ddp_rebuild_broadcast"  # the event name of DDP's bucket-rebuild broadcasts
+MAX_REBUILD_WINDOWS = 16  # forwards per model that may open one, at most
+
+
+class Pending:
+    """Ops whose results are not waited on yet, by the storage they fill. Shared by
+    the eager funcol wrappers (probe/funcol.py) and these kernels: whichever sees the
+    wait first ends the event, the other finds nothing."""
+
+    def __init__(self, probe) -> None:
+        self.probe = probe
+        self.by_storage: dict[int, list] = {}  # data_ptr -> [op_id, storages still to wait]
+
+    def watch(self, rec, pairs) -> None:
+        """`pairs`: (tensor whose storage the wait will name, object whose death
+        ends the wait unwaited)."""
+        entry = [rec.id, 0]
+        for t, owner in pairs:
+            key = _storage(t)
+            old = self.by_storage.get(key)
+            if old is entry:
+                continue  # two results in one storage: one wait
+            if old is not None:  # the storage was reused, so the op that filled it is over
+                self.done(key, old)
+            self.by_storage[key] = entry
+            entry[1] += 1
+            weakref.finalize(owner, self.done, key, entry)
+        if entry[1] == 0:
+            self.probe.end_now(rec)
+
+    def done(self, key: int, entry: list | None = None) -> None:
+        cur = self.by_storage.get(key)
+        if cur is None or entry is not None and cur is not entry:
+            return  # ended already, or the storage now belongs to a later op
+        del self.by_storage[key]
+        cur[1] -= 1
+        if cur[1] == 0:
+            self.probe.push(end_record(cur[0], time.monotonic_ns()))
+
+    def waited(self, tensor) -> None:
+        if self.by_storage:
+            self.done(_storage(tensor))
+
+
+def _storage(t) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class Kernels:
+    """The BackendSelect kernels on `_c10d_functional` (for good) and on
+    `c10d::broadcast_` (only inside a rebuild window)."""
+
+    def __init__(self, probe, pending: Pending) -> None:
+        self.probe, self.pending = probe, pending
+        self.lib = None
+        self._resolve = None
+
+    def install(self) -> None:
+        import torch
+        import torch.distributed.distributed_c10d as c10d
+
+        ns = torch.ops._c10d_functional
+        self._resolve = c10d._resolve_process_group
+        lib = torch.library.Library("_c10d_functional", "IMPL")
+        for name, (rule, ri, gi) in OPS.items():
+            if not hasattr(ns, name):
+                continue  # this torch lacks it
+            op = getattr(ns, name).default
+            lib.impl(name, self._collective(op, "funcol." + name, rule, ri, gi), "BackendSelect", with_keyset=True)
+        lib.impl("wait_tensor", self._wait(ns.wait_tensor.default), "BackendSelect", with_keyset=True)
+        self.lib = lib
+
+    def _group(self, name):
+        return name if not isinstance(name, str) else self._resolve(name)
+
+    def _collective(self, op, name: str, rule: str, ri: int, gi: int):
+        import torch
+
+        probe, pending, tls, health = self.probe, self.pending, self.probe.tls, self.probe.health
+        redispatch, BS = op.redispatch, torch._C.DispatchKey.BackendSelect
+        listed, gathered = rule.startswith("list"), rule.endswith("gathered")
+
+        def start(args):
+            x = args[0]
+            tensors = list(x) if listed else [x]
+            if not tensors or tensors[0].is_meta:
+                return None
+            pg = self._group(args[gi])
+            g = probe.group_info(pg)
+            if g is None:
+                return None
+            t = tensors[0]
+            nbytes = sum(e.nbytes for e in tensors) * (g.size if gathered else 1)
+            root = -1
+            if name.startswith("funcol.broadcast"):
+                src = int(args[1])
+                root = g.ranks[src] if 0 <= src < g.size else -1
+            red = str(args[ri]).upper() if ri >= 0 else ""
+            return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root,
+                               is_async=True, reduce_op=red)
+
+        def kernel(keyset, *args, **kwargs):
+            ks = keyset.remove(BS)
+            try:
+                st = tls.s
+            except AttributeError:
+                st = thread_state(tls)
+            if st[DEPTH]:
+                return redispatch(ks, *args, **kwargs)  # inside a wrapped call: its event
+            try:
+                rec = start(args)
+            except Exception as exc:
+                health.internal(name, exc)
+                rec = None
+            if rec is None:
+                return redispatch(ks, *args, **kwargs)
+            st[DEPTH] = 1
+            try:
+                out = redispatch(ks, *args, **kwargs)
+            except BaseException as exc:
+                st[DEPTH] = 0
+                probe.fail(rec, exc)
+                raise
+            st[DEPTH] = 0
+            try:
+                outs = out if isinstance(out, (list, tuple)) else [out]
+                pending.watch(rec, [(t, t) for t in outs])
+            except Exception as exc:
+                health.internal(name, exc)
+            return out
+
+        return kernel
+
+    def _wait(self, op):
+        import torch
+
+        pending, health, redispatch, BS = self.pending, self.probe.health, op.redispatch, torch._C.DispatchKey.BackendSelect
+
+        def wait_tensor(keyset, tensor):
+            out = redispatch(keyset.remove(BS), tensor)
+            try:
+                pending.waited(tensor)
+            except Exception as exc:
+                health.internal("funcol.wait_tensor", exc)
+            return out
+
+        return wait_tensor
+
+    @contextlib.contextmanager
+    def rebuild_window(self, pg):
+        """Record the broadcasts DDP's reducer issues on `pg` from C++ while this is open."""
+        import torch
+
+        probe, tls, health = self.probe, self.probe.tls, self.probe.health
+        op = torch.ops.c10d.broadcast_.default
+        redispatch, BS = op.redispatch, torch._C.DispatchKey.BackendSelect
+        open_rec: list = []
+
+        def end_open() -> None:
+            while open_rec:
+                probe.end_now(open_rec.pop())
+
+        def broadcast_(keyset, tensors, process_group, root_rank, root_tensor, *rest):
+            st = thread_state(tls)
+            rec = None
+            if not st[DEPTH]:
+                try:
+                    end_open()  # the reducer waits on each before the next
+                    g = probe.group_info(pg)
+                    if tensors and g is not None and not tensors[0].is_meta:
+                        t = tensors[0]
+                        root = g.ranks[root_rank] if 0 <= root_rank < g.size else -1
+                        rec = calls.begin(probe, REBUILD, pg, sum(x.nbytes for x in tensors), dtype_name(t.dtype),
+                                          list(t.shape), None, root=root)
+                except Exception as exc:
+                    health.internal(REBUILD, exc)
+            try:
+                return redispatch(keyset.remove(BS), tensors, process_group, root_rank, root_tensor, *rest)
+            except BaseException as exc:
+                if rec is not None:
+                    probe.fail(rec, exc)
+                    rec = None
+                raise
+            finally:
+                if rec is not None:
+                    open_rec.append(rec)
+
+        lib = torch.library.Library("c10d", "IMPL")
+        try:
+            lib.impl("broadcast_", broadcast_, "BackendSelect", with_keyset=True)
+            yield
+        finally:
+            lib._destroy()
+            end_open()

@@ -1,0 +1,107 @@
+"""Wrappers torch.compile sees straight through.
+
+Dynamo traces into any Python function a compiled region calls. Ours read
+thread-locals, clocks and C++ objects it cannot trace, so each one it met was a
+graph break (or, under `fullgraph=True`, an error) the job did not have without us.
+Dynamo has a documented way out: a function carrying `_torchdynamo_inline` is traced
+as that attribute instead (it is how `torch._dynamo.optimize(fn)` wrappers nest). So
+every wrapper names its original there; dynamo then meets torch's own function and
+treats it exactly as in a plain run — `dist.all_reduce` is still remapped to its
+functional form, funcol still becomes `_c10d_functional` ops in the graph. What the
+graph runs is seen below Python instead (probe/kernels.py).
+
+The C wrapper is not a Python function, so dynamo would not look for the attribute
+on it: it is reached through a `shim`, a Python function passing the call on as it
+came (one Python call, ~100 ns on a 2-core CI box; bench/overhead.py). A shim with
+the original's parameters, passing them by position, would be half that, but turns
+a caller's keywords into positions, and torch's error path reads keywords
+(`dist.all_reduce(t, group=123)` raises ValueError, by position AttributeError).
+
+Calls dynamo cannot trace (a collective torch has no functional form for) break the
+graph in a plain run too; the call then runs eagerly, and dynamo tries to compile
+every frame it enters. Ours would be new graphs and breaks of their own, so commviz's
+files are on dynamo's skip list (`skip_our_frames`), set as dynamo is imported:
+importing it ourselves would cost every rank seconds at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import os
+import sys
+
+_TRACE_RULES = "torch._dynamo.trace_rules"
+
+
+def mark(wrapper, orig):
+    """`wrapper` stands for the function `orig`: to commviz (`_commviz_original`, so
+    nothing is wrapped twice) and to dynamo (`_torchdynamo_inline`)."""
+    wrapper._commviz_original = orig
+    wrapper._torchdynamo_inline = orig
+    return wrapper
+
+
+def mark_method(wrapper, orig):
+    """`mark` for a method put on a class. Not for dynamo: on a method it reaches
+    through `_torchdynamo_inline`, a graph break inside the original makes dynamo
+    resume by calling the original unbound (torch 2.13: `TypeError: missing 1
+    required positional argument`). Dynamo stops at the wrapper instead (our files
+    are skipped), breaking the graph where a plain run would break inside it."""
+    wrapper._commviz_original = orig
+    return wrapper
+
+
+def shim(target):
+    """A Python function calling `target` with the arguments exactly as given (the
+    caller's keywords stay keywords: torch's own error logging reads them)."""
+
+    def front(*args, **kwargs):
+        return target(*args, **kwargs) if kwargs else target(*args)
+
+    return front
+
+
+def skip_our_frames() -> None:
+    """Put commviz's files on dynamo's skip list, now if dynamo is loaded, otherwise
+    the moment it is."""
+    mod = sys.modules.get(_TRACE_RULES)
+    if mod is not None:
+        _skip_commviz(mod)
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(_TRACE_RULES, _skip_commviz))
+
+
+def _skip_commviz(trace_rules) -> None:
+    try:
+        trace_rules.add("commviz")
+    except Exception:  # a dynamo without it: our frames are traced, as before
+        pass
+
+
+class _AfterImport:
+    """A meta-path finder that runs `then(module)` once `name` has been executed,
+    finding the module as the normal path finder does and leaving the import
+    itself unchanged."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path, target=None):
+        if name != self.name:
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_then(module):
+            exec_module(module)
+            then(module)
+
+        loader.exec_module = exec_then
+        return spec
