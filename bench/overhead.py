@@ -17,7 +17,9 @@ shared box absolute figures move by 2x between runs, ratios within one run do no
     python bench/overhead.py [--rounds 40] [--calls 2000]
 
 The last line is the figure: the largest added ns per op over the three ops,
-crash ring off.
+crash ring off. Two more rows show what torch.compile support costs: the C wrapper
+called without the shim dynamo needs in front of it, and the functional all_reduce
+a compiled graph runs, seen by the dispatcher kernel.
 """
 
 from __future__ import annotations
@@ -180,6 +182,20 @@ def main() -> None:
         "floor: 2 clock reads + 1 append": (minimal, dist.all_reduce._commviz_original, (small,), clear),
     }
     rows.update({name: (fn, fn._commviz_original, fargs, None) for name, (fn, fargs) in cases.items()})
+    # The C wrapper without the Python shim that lets dynamo see through it
+    # (probe/transparent.py): the difference from the all_reduce row is the shim's.
+    fast = getattr(dist.all_reduce, "_commviz_fast", None)
+    if fast is not None:
+        rows["all_reduce, C wrapper without shim"] = (fast, dist.all_reduce._commviz_original, (small,), None)
+    # What a compiled graph runs: the `_c10d_functional` op and its wait, seen by
+    # the dispatcher kernel (probe/kernels.py); bare is the same call, kernels out.
+    ar, wait, name = (torch.ops._c10d_functional.all_reduce.default, torch.ops._c10d_functional.wait_tensor.default,
+                      dist.group.WORLD.group_name)
+
+    def in_graph(x):
+        wait(ar(x, "sum", name))
+
+    rows["compiled-graph all_reduce + wait (kernel)"] = (in_graph, in_graph, (small,), None)
     print(f"{'ns per op: median, middle half of rounds':<40}{'bare':>7}{'added':>7} {'(wall)':>12}{'added':>7} {'(cpu)':>12}")
 
     results = {}

@@ -7,7 +7,7 @@ any real tensor before the backend's: ours records the event and redispatches to
 torch's own kernel. Tracing never reaches it (fake and functional tensors are taken
 by higher keys; the meta tensors a fake kernel may run are skipped), so graphs are
 unchanged. The event ends at the op's `wait_tensor`, which every functional
-collective's result goes through before use, or when its tensor is freed unwaited.
+collective's result goes through before use (or when its storage is filled again).
 
 A call made inside a wrapped one (eager funcol, whose Python wrapper already
 recorded it) passes straight through: one event per collective.
@@ -49,6 +49,7 @@ OPS = {
 }
 REBUILD = "ddp_rebuild_broadcast"  # the event name of DDP's bucket-rebuild broadcasts
 MAX_REBUILD_WINDOWS = 16  # forwards per model that may open one, at most
+MAX_PENDING = 4096  # unwaited results tracked at once; the oldest is ended past it
 
 
 class Pending:
@@ -60,22 +61,28 @@ class Pending:
         self.probe = probe
         self.by_storage: dict[int, list] = {}  # data_ptr -> [op_id, storages still to wait]
 
-    def watch(self, rec, pairs) -> None:
+    def watch(self, rec, pairs, freed: bool = True) -> None:
         """`pairs`: (tensor whose storage the wait will name, object whose death
-        ends the wait unwaited)."""
+        ends the wait unwaited). `freed=False`: no watch on their death (a weakref
+        on a tensor costs ~10 µs over its life); the op then ends at its wait, or
+        when its storage is filled again, or when it is the oldest of MAX_PENDING."""
         entry = [rec.id, 0]
+        by = self.by_storage
         for t, owner in pairs:
             key = _storage(t)
-            old = self.by_storage.get(key)
+            old = by.get(key)
             if old is entry:
                 continue  # two results in one storage: one wait
             if old is not None:  # the storage was reused, so the op that filled it is over
                 self.done(key, old)
-            self.by_storage[key] = entry
+            by[key] = entry
             entry[1] += 1
-            weakref.finalize(owner, self.done, key, entry)
+            if freed:
+                weakref.finalize(owner, self.done, key, entry)
         if entry[1] == 0:
             self.probe.end_now(rec)
+        while len(by) > MAX_PENDING:
+            self.done(next(iter(by)))
 
     def done(self, key: int, entry: list | None = None) -> None:
         cur = self.by_storage.get(key)
@@ -103,6 +110,7 @@ class Kernels:
         self.probe, self.pending = probe, pending
         self.lib = None
         self._resolve = None
+        self._groups: dict = {}  # group name -> ProcessGroup, until a group is destroyed
 
     def install(self) -> None:
         import torch
@@ -119,8 +127,22 @@ class Kernels:
         lib.impl("wait_tensor", self._wait(ns.wait_tensor.default), "BackendSelect", with_keyset=True)
         self.lib = lib
 
+    def uninstall(self) -> None:
+        if self.lib is not None:
+            self.lib._destroy()
+            self.lib = None
+
     def _group(self, name):
-        return name if not isinstance(name, str) else self._resolve(name)
+        if not isinstance(name, str):
+            return name
+        pg = self._groups.get(name)
+        if pg is None:
+            pg = self._groups[name] = self._resolve(name)
+        return pg
+
+    def forget_groups(self) -> None:
+        """A group was destroyed: its name may come back for a new one."""
+        self._groups.clear()
 
     def _collective(self, op, name: str, rule: str, ri: int, gi: int):
         import torch
@@ -173,7 +195,7 @@ class Kernels:
             st[DEPTH] = 0
             try:
                 outs = out if isinstance(out, (list, tuple)) else [out]
-                pending.watch(rec, [(t, t) for t in outs])
+                pending.watch(rec, [(t, t) for t in outs], freed=False)
             except Exception as exc:
                 health.internal(name, exc)
             return out

@@ -374,6 +374,8 @@ def _wrap_destroy(orig, probe):
 
     def destroy_process_group(group=None):
         try:
+            if probe.kernels is not None:
+                probe.kernels.forget_groups()
             if group is None:
                 probe.groups.clear()
                 probe.default_group = None
@@ -416,15 +418,21 @@ def _patch(c10d, dist, name: str, make) -> None:
 
 @contextlib.contextmanager
 def suspended():
-    """Put torch's own functions back for the duration (benchmarks compare bare and
-    instrumented calls in one process this way)."""
+    """Put torch's own functions back, and take the dispatcher kernels out, for the
+    duration (benchmarks compare bare and instrumented calls in one process this way)."""
+    kernels = getattr(_probe, "kernels", None)
+    kernels = kernels if kernels is not None and kernels.lib is not None else None
     for mod, name, orig, _ in _patched:
         setattr(mod, name, orig)
+    if kernels is not None:
+        kernels.uninstall()
     try:
         yield
     finally:
         for mod, name, _, wrapped in _patched:
             setattr(mod, name, wrapped)
+        if kernels is not None:
+            kernels.install()
 
 
 def _wrap_batch(orig, probe):
