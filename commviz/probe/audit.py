@@ -63,10 +63,35 @@ class Auditor:
     def __init__(self, probe) -> None:
         self.probe = probe
         self._busy = threading.Lock()
+        self._last_backend = ""
+
+    def remember(self) -> None:
+        """The default group is about to be destroyed: keep its backend, so the exit
+        audit still reads NCCL's recorder, not the generic one."""
+        g = self.probe.default_group
+        if g is not None:
+            self._last_backend = g.backend
 
     def backend(self) -> str:
         g = self.probe.default_group
-        return g.backend if g is not None else ""
+        return g.backend if g is not None else self._last_backend
+
+    def _on_the_ranks_device(self) -> bool:
+        """Make this fresh thread's current device the rank's before the recorder's
+        dump queries CUDA events: on a thread of its own, device 0 is current, and a
+        query there opens a ~500 MiB context on GPU 0 of every rank but rank 0's GPU.
+        False when CUDA is up and the rank's GPU is not known yet: then no read."""
+        cuda = getattr(self.probe, "cuda_module", None)  # a stand-in in tests
+        if cuda is None:
+            import torch.cuda as cuda
+        if not getattr(cuda, "_initialized", False):
+            return True  # no CUDA in this process: nothing to open
+        hello = getattr(self.probe, "hello", None)
+        device = getattr(hello, "device", "") or ""
+        if not device.startswith("cuda:"):
+            return False
+        cuda.set_device(int(device.split(":", 1)[1]))
+        return True
 
     def now(self) -> None:
         """At exit, on the exiting thread; a read already under way (a long op's) will
@@ -86,6 +111,8 @@ class Auditor:
         def run():
             if self._busy.acquire(blocking=False):
                 try:
+                    if not self._on_the_ranks_device():
+                        return  # the exit read, on the rank's own thread, still comes
                     self._push(read(self.backend()))
                 except Exception as exc:
                     self.probe.health.internal("audit", exc)

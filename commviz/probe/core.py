@@ -432,13 +432,14 @@ class Probe:
     def _work_done(self, op_id: int, t: int, err: str) -> None:
         self.push(end_record(op_id, t, err))
 
-    def track(self, rec: Rec, work, nbytes: int = -1) -> None:
+    def track(self, rec: Rec, work, nbytes: int = -1, coalesced: bool = False) -> None:
         """Stamp the end of an async op when its Work completes, however the backend
         lets us learn that (see probe/work.py). CUDA work never takes the CPU modes:
         the waiter's C++ wait() on its own thread would leave the user's stream not
-        waiting for the op."""
+        waiting for the op. `coalesced`: the Work `_end_coalescing` returned, whose
+        future NCCL never sets; it is polled, never asked for one."""
         if rec.cuda:
-            self.cuda_side.end_work(rec.id, rec.cuda, work, rec.t0, nbytes)
+            self.cuda_side.end_work(rec.id, rec.cuda, work, rec.t0, nbytes, coalesced)
             return
         key = (rec.backend, rec.op)
         mode = self._track_mode.get(key, "future")

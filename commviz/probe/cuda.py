@@ -183,18 +183,22 @@ class CudaSide:
             end.record(self.cuda.current_stream(call.dev))
         self.poll(Pending(op_id, call.dev, call.start, end, None, nbytes, enqueue_ns))
 
-    def end_work(self, op_id: int, call: CudaCall, work, t0: int, nbytes: int = -1) -> None:
+    def end_work(self, op_id: int, call: CudaCall, work, t0: int, nbytes: int = -1, coalesced: bool = False) -> None:
         """After an async op: its future's callback runs on a stream that waits for the
         op (torch's Future::invokeCallback); the end event goes there. Without a
-        future, completion is polled on the Work alone (no device time)."""
+        future, completion is polled on the Work alone (no device time). A coalesced
+        batch's Work is never asked for its future: `ProcessGroupNCCL::endCoalescing`
+        does not set one, and the binding would wrap whatever is there."""
         enqueue_ns = time.monotonic_ns() - t0
         if call.captured or call.dev < 0:
             self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
-        try:
-            fut = work.get_future()
-        except Exception:
-            fut = None
+        fut = None
+        if not coalesced:
+            try:
+                fut = work.get_future()
+            except Exception:
+                fut = None
         if fut is None or call.start is None:
             self.poll(Pending(op_id, call.dev, None, None, work, nbytes, enqueue_ns))
             return

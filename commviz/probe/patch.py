@@ -377,6 +377,7 @@ def _wrap_destroy(orig, probe):
             if probe.kernels is not None:
                 probe.kernels.forget_groups()
             if group is None:
+                probe.auditor.remember()
                 probe.groups.clear()
                 probe.default_group = None
             else:
@@ -466,7 +467,7 @@ def _wrap_batch(orig, probe):
                     probe.track(r, w)
             elif works:  # coalesced (NCCL): one work completes the whole batch
                 for r in recs:
-                    probe.track(r, works[-1])
+                    probe.track(r, works[-1], coalesced=True)
             else:
                 for r in recs:
                     probe.end_now(r)
@@ -500,7 +501,7 @@ def _wrap_coalescing(orig, probe):
             works = getattr(cm, "works", None) or []
             for r in recs:
                 if works:
-                    probe.track(r, works[-1])
+                    probe.track(r, works[-1], coalesced=True)
                 elif r.cuda:
                     # blocking: torch's work.wait() made the current stream wait for
                     # the batch, so the end is on the device, not now

@@ -426,3 +426,74 @@ def test_8_a_blocked_nvml_sample_delays_no_cuda_completion(probe, fc, monkeypatc
     got = ops_of(probe, job)
     e = got[-1][1]
     assert e is not None and e.error == "" and e.t < t_release[0]
+
+
+# issue 33 ------------------------------------------------------------------------
+
+
+def test_33_1_a_coalesced_batchs_work_is_never_asked_for_its_future(probe, fc):
+    """`ProcessGroupNCCL::endCoalescing` sets no future on the Work it returns, and
+    `get_future()` wraps whatever is there: asking could crash the rank."""
+    import contextlib
+
+    from commviz.probe.patch import _wrap_coalescing
+
+    class CoalescedWork(FakeWork):
+        def get_future(self):
+            pytest.fail("get_future() called on a coalesced batch's Work")
+
+    work = CoalescedWork(fc, 0)
+
+    @contextlib.contextmanager
+    def coalescing(group=None, device=None, async_ops=False):
+        yield type("CM", (), {"works": [work]})()
+
+    manager = _wrap_coalescing(coalescing, probe)
+    x = FakeTensor(0)
+
+    def job():
+        all_reduce = fake_op(probe, "all_reduce")
+        with manager(async_ops=True):
+            all_reduce(x, async_op=True)
+            all_reduce(x, async_op=True)
+        work.finish(1.0)
+
+    got = ops_of(probe, job)
+    assert len(got) == 2 and all(e is not None and e.error == "" for _, e in got)
+
+
+def test_33_2_the_long_op_audit_reads_on_the_ranks_gpu_not_gpu_0(probe, fc, monkeypatch):
+    from commviz.probe import audit
+
+    seen = []
+
+    def read(backend):
+        seen.append(fc.current_device())
+        return audit.Audit(0, 0, "off: test")
+
+    monkeypatch.setattr(audit, "read", read)
+    monkeypatch.setattr(probe.hello, "device", "cuda:2")
+    probe.auditor.soon()
+    for _ in range(100):
+        if seen:
+            break
+        time.sleep(0.02)
+    assert seen == [2]  # the audit thread's current device is the rank's, set before the read
+    monkeypatch.setattr(probe.hello, "device", "cuda")  # a rank whose GPU is not known yet: no read
+    seen.clear()
+    probe.auditor.soon()
+    time.sleep(0.3)
+    assert seen == []
+
+
+def test_33_6_the_exit_audit_reads_nccls_recorder_after_destroy_process_group(probe, monkeypatch):
+    """destroy_process_group() clears the default group before the exit audit runs:
+    the audit must still know the backend was NCCL."""
+    from commviz.probe.core import GroupInfo
+    from commviz.probe.patch import _wrap_destroy
+
+    monkeypatch.setattr(probe, "default_group", GroupInfo(None, "0", [0, 1, 2, 3], "nccl"))
+    monkeypatch.setattr(probe, "groups", {})
+    _wrap_destroy(lambda group=None: None, probe)()  # torch's part: nothing, here
+    assert probe.default_group is None
+    assert probe.auditor.backend() == "nccl"
