@@ -24,6 +24,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--numel", type=int, default=1 << 20)
+    ap.add_argument("--dry-run", action="store_true", help="gloo on the CPU: rehearse the script without a GPU")
     args = ap.parse_args()
     os.environ.setdefault("COMMVIZ_ADDR", f"ipc://{tempfile.mkdtemp()}/nobody.sock")  # no watcher: sends dropped
     import torch
@@ -32,17 +33,21 @@ def main() -> None:
     import commviz
     from commviz.probe.patch import suspended
 
-    commviz.instrument()
-    dist.init_process_group("nccl")
-    x = torch.ones(args.numel, device="cuda:0")
+    from commviz.probe.patch import current
+
+    probe = commviz.instrument()
+    assert probe is not None, "commviz is off (COMMVIZ=0?): nothing would be measured"
+    dist.init_process_group("gloo" if args.dry_run else "nccl")
+    x = torch.ones(args.numel, device="cpu" if args.dry_run else "cuda:0")
+    sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
 
     def block() -> float:
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter_ns()
         for _ in range(args.calls):
             dist.all_reduce(x)
         dt = (time.perf_counter_ns() - t0) / args.calls
-        torch.cuda.synchronize()
+        sync()
         return dt
 
     for _ in range(3):  # warm-up: NCCL communicator, probe start, caches
@@ -50,12 +55,15 @@ def main() -> None:
         with suspended():
             block()
     bare, added = [], []
+    first = next(current().ids)  # op ids: the probe really recorded the instrumented launches
     for _ in range(args.rounds):
         with suspended():
             b = block()
         p = block()
         bare.append(b)
         added.append(p - b)
+    recorded = next(current().ids) - first - 1
+    assert recorded == args.rounds * args.calls, f"the probe recorded {recorded} of {args.rounds * args.calls} launches"
     q = statistics.quantiles(added, n=4)
     print(f"bare NCCL all_reduce launch: {statistics.median(bare) / 1e3:.2f} us "
           f"({args.numel * 4 / 1e6:.1f} MB, {args.calls} launches x {args.rounds} rounds)")
