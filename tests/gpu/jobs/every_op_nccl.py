@@ -155,9 +155,17 @@ from commviz.probe import patch as _patch  # noqa: E402  (what the probe's CUDA 
 side = _patch._probe.cuda_side if _patch._probe is not None else None
 capture_mode = side.poller.capture_mode if side is not None and side.poller is not None else "no poller"
 
-# DDP: one bucket per step for a model this small.
+# DDP: its constructor's shape check (2 int64 per dimension per parameter) and
+# broadcast of the weights, one bucket per step for a model this small, and the
+# reducer's rebuild after the first step (an int32 per parameter and the bucket
+# count, then one per bucket), as on gloo.
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64).to(dev), device_ids=[0])
-param_bytes = sum(q.numel() * q.element_size() for q in model.parameters())
+params = list(model.parameters())
+param_bytes = sum(q.numel() * q.element_size() for q in params)
+did("_verify_params_across_processes", 8 * sum(2 * q.dim() for q in params))
+did("_broadcast_coalesced", param_bytes)
+did("ddp_rebuild_broadcast", 4 * (len(params) + 1))
+did("ddp_rebuild_broadcast", 4 * 1)
 for _ in range(3):
     model(torch.randn(8, 64, device=dev)).sum().backward()
     did("ddp_bucket", param_bytes)
