@@ -196,6 +196,13 @@ def main() -> None:
         wait(ar(x, "sum", name))
 
     rows["compiled-graph all_reduce + wait (kernel)"] = (in_graph, in_graph, (small,), None)
+    # The eager functional collective it replaces (Python wrapper, AsyncCollectiveTensor).
+    import torch.distributed._functional_collectives as funcol
+
+    def eager_funcol(x):
+        funcol.all_reduce(x, "sum", dist.group.WORLD).wait()
+
+    rows["eager funcol.all_reduce + wait"] = (eager_funcol, eager_funcol, (small,), None)
     print(f"{'ns per op: median, middle half of rounds':<40}{'bare':>7}{'added':>7} {'(wall)':>12}{'added':>7} {'(cpu)':>12}")
 
     results = {}
