@@ -10,6 +10,7 @@ import time
 from commviz.events import start_record
 from commviz.probe import transparent
 from commviz.probe.core import DEPTH, Rec, thread_state
+from commviz.probe.names import dtype_name
 
 
 def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=None, root: int = -1,
@@ -29,6 +30,24 @@ def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=Non
     t0 = time.monotonic_ns()
     probe.push(start_record(op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
     return Rec(op_id, name, t0, -1, cuda, g.backend)
+
+
+def begin_functional(probe, name: str, pg, tensors: list, gathered: bool, src: int | None = None,
+                     reduce_op="") -> Rec | None:
+    """Start the event of a functional collective, eager (probe/funcol.py) or run by
+    a compiled graph (probe/kernels.py): async, `tensors` its inputs (× the group's
+    size when `gathered`), `src` broadcast's root as a rank of the group. No tensor
+    for the CUDA side: the op ends at its wait_tensor (host time), not on a Work."""
+    g = probe.group_info(pg)
+    if g is None:
+        return None
+    t = tensors[0]
+    nbytes = sum(e.nbytes for e in tensors) * (g.size if gathered else 1)
+    root = -1
+    if src is not None:
+        root = g.ranks[src] if 0 <= src < g.size else -1
+    return begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root, is_async=True,
+                 reduce_op=str(reduce_op).upper() if reduce_op else "")
 
 
 def guarded(probe, name: str, orig, start, finish):

@@ -13,6 +13,7 @@ Built-in C++ hooks (`_register_builtin_comm_hook`) stay invisible; that is said 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from commviz.probe import transparent
@@ -66,23 +67,24 @@ def bucket_hook(probe, hook, pg):
 
 def _rebuild_window(probe, ddp):
     """The window in which the reducer's bucket-rebuild broadcasts are seen
-    (probe/kernels.py), for a forward that can rebuild; None for every other."""
+    (probe/kernels.py), for a forward that can rebuild; an empty one for every other."""
     import torch
 
     k = probe.kernels
     if (k is None or getattr(ddp, "_has_rebuilt_buckets", True) or not torch.is_grad_enabled()
             or getattr(ddp, "_use_python_reducer", False)
             or getattr(ddp, "find_unused_parameters", False) and not getattr(ddp, "static_graph", False)):
-        return None  # rebuilt already, or never rebuilds (torch's `should_rebuild_buckets`)
+        # rebuilt already, or never rebuilds (torch's `should_rebuild_buckets`)
+        return contextlib.nullcontext()
     n = getattr(ddp, "_commviz_windows", 0)
     if n >= MAX_REBUILD_WINDOWS:
-        return None
+        return contextlib.nullcontext()
     ddp._commviz_windows = n + 1
     try:
         return k.rebuild_window(ddp.process_group)
     except Exception as exc:
         probe.health.internal("ddp rebuild window", exc)
-        return None
+        return contextlib.nullcontext()
 
 
 def install(probe, patched: list) -> None:
@@ -133,10 +135,7 @@ def install(probe, patched: list) -> None:
                     self._commviz_dispatch = disp
             except Exception as exc:
                 probe.health.internal("ddp hook", exc)
-        window = _rebuild_window(probe, self)
-        if window is None:
-            return orig_pre_forward(self, *inputs, **kwargs)
-        with window:
+        with _rebuild_window(probe, self):
             return orig_pre_forward(self, *inputs, **kwargs)
 
     for name, fn, orig in (

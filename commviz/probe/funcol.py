@@ -15,7 +15,6 @@ import inspect
 
 from commviz import ops as opcat
 from commviz.probe import calls, transparent
-from commviz.probe.core import dtype_name
 
 # function -> (bytes: "tensor" | "gathered" | "list" | "list_gathered")
 FUNCTIONS = {
@@ -68,21 +67,13 @@ def _starter(probe, funcol, name: str, rule: str, params: list[str]):
         group = args[gi] if len(args) > gi else kwargs["group"]
         tag = args[ri] if len(args) > ri else kwargs.get("tag", "")
         pg = _process_group(funcol, group, tag)
-        g = probe.group_info(pg)
-        if g is None:
-            return None
         x = args[0] if args else kwargs[params[0]]
         tensors = list(x) if rule.startswith("list") else [x]
-        nbytes = sum(t.nbytes for t in tensors) * (g.size if rule.endswith("gathered") else 1)
-        t = tensors[0]
         reduce_op = args[red] if len(args) > red else kwargs.get("reduceOp", "")
-        root = -1
-        if spec is not None and spec.root_arg:  # broadcast: src is a rank of the group
+        src = None
+        if spec is not None and spec.root_arg:  # broadcast
             src = int(args[1] if len(args) > 1 else kwargs.get("src", -1))
-            root = g.ranks[src] if 0 <= src < g.size else -1
-        # No tensor for the CUDA side: the op ends at wait_tensor (host time), not on a Work.
-        return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root,
-                           is_async=True, reduce_op=str(reduce_op).upper() if reduce_op else "")
+        return calls.begin_functional(probe, name, pg, tensors, rule.endswith("gathered"), src, reduce_op)
 
     return start
 

@@ -145,67 +145,37 @@ class Kernels:
         self._groups.clear()
 
     def _collective(self, op, name: str, rule: str, ri: int, gi: int):
+        """The kernel: `calls.guarded` around torch's own (one event per call, none
+        inside a wrapped call, a user's exception unchanged), by the op's schema."""
         import torch
 
-        probe, pending, tls, health = self.probe, self.pending, self.probe.tls, self.probe.health
-        redispatch, BS = op.redispatch, torch._C.DispatchKey.BackendSelect
-        listed, gathered = rule.startswith("list"), rule.endswith("gathered")
+        probe, pending = self.probe, self.pending
+        listed, gathered, BS = rule.startswith("list"), rule.endswith("gathered"), torch._C.DispatchKey.BackendSelect
 
-        def start(args):
-            x = args[0]
+        def start(args, kwargs):  # args[0]: the keyset to redispatch with
+            x = args[1]
             tensors = list(x) if listed else [x]
             if not tensors or tensors[0].is_meta:
                 return None
-            pg = self._group(args[gi])
-            g = probe.group_info(pg)
-            if g is None:
-                return None
-            t = tensors[0]
-            nbytes = sum(e.nbytes for e in tensors) * (g.size if gathered else 1)
-            root = -1
-            if name.startswith("funcol.broadcast"):
-                src = int(args[1])
-                root = g.ranks[src] if 0 <= src < g.size else -1
-            red = str(args[ri]).upper() if ri >= 0 else ""
-            return calls.begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root,
-                               is_async=True, reduce_op=red)
+            src = int(args[2]) if name.startswith("funcol.broadcast") else None
+            return calls.begin_functional(probe, name, self._group(args[1 + gi]), tensors, gathered, src,
+                                          args[1 + ri] if ri >= 0 else "")
+
+        def finish(rec, out) -> None:
+            pending.watch(rec, [(t, t) for t in (out if isinstance(out, (list, tuple)) else [out])], freed=False)
+
+        guarded = calls.guarded(probe, name, op.redispatch, start, finish)
 
         def kernel(keyset, *args, **kwargs):
-            ks = keyset.remove(BS)
-            try:
-                st = tls.s
-            except AttributeError:
-                st = thread_state(tls)
-            if st[DEPTH]:
-                return redispatch(ks, *args, **kwargs)  # inside a wrapped call: its event
-            try:
-                rec = start(args)
-            except Exception as exc:
-                health.internal(name, exc)
-                rec = None
-            if rec is None:
-                return redispatch(ks, *args, **kwargs)
-            st[DEPTH] = 1
-            try:
-                out = redispatch(ks, *args, **kwargs)
-            except BaseException as exc:
-                st[DEPTH] = 0
-                probe.fail(rec, exc)
-                raise
-            st[DEPTH] = 0
-            try:
-                outs = out if isinstance(out, (list, tuple)) else [out]
-                pending.watch(rec, [(t, t) for t in outs], freed=False)
-            except Exception as exc:
-                health.internal(name, exc)
-            return out
+            return guarded(keyset.remove(BS), *args, **kwargs)
 
         return kernel
 
     def _wait(self, op):
         import torch
 
-        pending, health, redispatch, BS = self.pending, self.probe.health, op.redispatch, torch._C.DispatchKey.BackendSelect
+        pending, health = self.pending, self.probe.health
+        redispatch, BS = op.redispatch, torch._C.DispatchKey.BackendSelect
 
         def wait_tensor(keyset, tensor):
             out = redispatch(keyset.remove(BS), tensor)

@@ -27,7 +27,6 @@ importing it ourselves would cost every rank seconds at start-up.
 from __future__ import annotations
 
 import importlib.machinery
-import os
 import sys
 
 _TRACE_RULES = "torch._dynamo.trace_rules"
