@@ -28,7 +28,7 @@ class ProbeConfig:
             trace_dir=trace_dir or env.get("COMMVIZ_TRACE_DIR") or None,
             stack_after_s=_float(env.get("COMMVIZ_STACK_AFTER"), 3.0),
             samples=env.get("COMMVIZ_SAMPLES", "1") != "0",
-            # The crash ring costs ~1.3 µs per op (README, Overhead): on where durability was asked for
+            # The crash ring costs 0.1-0.3 µs more per op (docs/PERFORMANCE.md): on where durability was asked for
             # (a trace dir; `commviz record/watch -- CMD` set COMMVIZ_RING=1), else off.
             ring=env.get("COMMVIZ_RING", "1" if (trace_dir or env.get("COMMVIZ_TRACE_DIR")) else "0") != "0",
         )

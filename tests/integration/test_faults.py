@@ -94,7 +94,7 @@ def test_frozen_killed_and_restarted_watcher(tmp_path):
             if p.poll() is None:
                 p.kill()
     assert reconnect_s < 2.0  # contract: within a second; slack for a loaded machine
-    # the README's figure is ~120 KiB per rank for this freeze; a few times that holds
+    # docs/PROMISES.md's figure is ~120 KiB per rank for this freeze; a few times that holds
     # on a busy box (seen: 64 KiB idle, 2.3 MiB once under load before this test
     # waited for the ranks to warm up), runaway buffering would not
     assert all(g < 2 * 2**20 for g in grown.values()), grown

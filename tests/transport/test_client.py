@@ -1,5 +1,6 @@
 """The rank side of the wire: it never waits, and what zmq holds for a watcher that
-does not read is capped at SNDHWM batches (the README's "zmq holds at most 256")."""
+does not read is capped at SNDHWM batches (docs/PROMISES.md: "zmq holds at most 256
+batches")."""
 
 import time
 
