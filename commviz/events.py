@@ -89,7 +89,9 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=F
     on the tensor's stream before and after it: queueing behind earlier kernels is
     excluded, waiting for peers and the transfer are in it. `enqueue_ns` is the host
     time the call took to return (the launch). `captured`: the op was recorded into a
-    CUDA graph: nothing ran then, it runs at each replay of the graph."""
+    CUDA graph: nothing ran then, it runs at each replay of the graph. `first`: the
+    first op this rank ran on its communicator, whose time is mostly NCCL setting the
+    communicator up (it does so lazily); time statistics leave it out."""
 
     id: I64
     t: I64
@@ -99,6 +101,7 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=F
     device_ns: I64 = -1
     enqueue_ns: I64 = -1
     captured: bool = False
+    first: bool = False
 
 
 # The probe queues ops as plain tuples in the array-like encoding of OpStart and
@@ -126,8 +129,10 @@ def start_record(op_id: int, t: int, op: str, group: str, seq: int, nbytes: int,
 
 
 def end_record(op_id: int, t: int, error: str = "", nbytes: int = -1, peer: int = -1, device_ns: int = -1,
-               enqueue_ns: int = -1, captured: bool = False) -> tuple:
+               enqueue_ns: int = -1, captured: bool = False, first: bool = False) -> tuple:
     """An OpEnd as the probe queues it; the CUDA fields only when set."""
+    if first:
+        return (END, op_id, t, error, nbytes, peer, device_ns, enqueue_ns, captured, True)
     if captured:
         return (END, op_id, t, error, nbytes, peer, device_ns, enqueue_ns, True)
     if device_ns >= 0 or enqueue_ns >= 0:

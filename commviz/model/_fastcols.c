@@ -18,7 +18,7 @@
 
 enum { START = 0, END = 1, QUIET = 2, OTHER = 3 };
 enum { S_ID, S_T, S_SEQ, S_OP, S_GROUP, S_BYTES, S_DTYPE, S_ROOT, S_REDUCE, S_N };
-enum { E_ID, E_T, E_ERROR, E_BYTES, E_DEVICE, E_CAPTURED, E_N };
+enum { E_ID, E_T, E_ERROR, E_BYTES, E_DEVICE, E_CAPTURED, E_FIRST, E_N };
 
 static PyTypeObject *start_type, *end_type;
 static PyObject *quiet_types; /* a tuple of types */
@@ -121,7 +121,7 @@ static int writable(PyObject *o, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n
 }
 
 static const int SIG[] = {S_OP, S_GROUP, S_BYTES, S_DTYPE, S_ROOT, S_REDUCE};
-static const int TAIL[] = {E_ERROR, E_BYTES, E_DEVICE, E_CAPTURED};
+static const int TAIL[] = {E_ERROR, E_BYTES, E_DEVICE, E_CAPTURED, E_FIRST};
 
 static int read_one(PyObject *ev, Py_ssize_t i, signed char *kind, long long *ident, long long *t, long long *seq,
                     long long *sig, long long *tail, PyObject *st, PyObject *sk, PyObject *tt, PyObject *tk) {
@@ -136,7 +136,7 @@ static int read_one(PyObject *ev, Py_ssize_t i, signed char *kind, long long *id
     if (tp == end_type) {
         kind[i] = END;
         if (as_i64(slot(ev, e_off[E_ID]), &ident[i]) < 0 || as_i64(slot(ev, e_off[E_T]), &t[i]) < 0) return -1;
-        return (tail[i] = intern(tt, tk, tuple_of(ev, e_off, TAIL, 4))) < 0;
+        return (tail[i] = intern(tt, tk, tuple_of(ev, e_off, TAIL, 5))) < 0;
     }
     kind[i] = OTHER;
     for (Py_ssize_t q = 0; q < PyTuple_GET_SIZE(quiet_types); q++)
@@ -494,7 +494,11 @@ static int rd_end(Cur *c, Py_ssize_t k, long long *row) {
             break;
         case 3: if (rd_int(c, &row[R_EBYTES])) return -1; break;
         case 5: if (rd_int(c, &row[R_DEV])) return -1; break;
-        case 7: if (rd_bool(c, &row[R_ERR])) return -1; break;
+        case 7: if (rd_bool(c, &row[R_ERR])) return -1; break; /* captured: untimed */
+        case 8: /* first on its communicator: untimed too */
+            if (rd_bool(c, &x)) return -1;
+            row[R_ERR] |= x;
+            break;
         default: if (rd_int(c, &x)) return -1; break; /* peer, enqueue_ns */
         }
     }
@@ -566,7 +570,7 @@ static PyObject *frame(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssiz
             row[R_SIG] = hit;
             row[R_LEN] = c.p - at;
             if (row[R_T] > tmax) tmax = row[R_T];
-        } else if (tn == 3 && !memcmp(tag, "end", 3) && k >= 3 && k <= 9) {
+        } else if (tn == 3 && !memcmp(tag, "end", 3) && k >= 3 && k <= 10) {
             row[R_KIND] = END;
             if (rd_end(&c, k - 1, row)) goto decline;
             row[R_LEN] = c.p - at;

@@ -695,11 +695,12 @@ def device_time_ns(e: OpEnd) -> int | None:
     """The duration an op's statistics use, where it is not the host's: its GPU time
     where the probe measured one (CUDA events around the op on its stream: no queueing
     behind earlier kernels, no poll latency); None for a captured op, which ran nothing
-    when it was issued (it runs at each graph replay): untimed; -1 otherwise, host time
-    from the call to the end the probe saw."""
-    if e.device_ns >= 0:
-        return e.device_ns
-    return None if e.captured else -1
+    when it was issued (it runs at each graph replay), and for the first op on a
+    communicator, whose time is NCCL's setup: untimed; -1 otherwise, host time from the
+    call to the end the probe saw."""
+    if e.captured or e.first:
+        return None
+    return e.device_ns if e.device_ns >= 0 else -1
 
 
 def op_time_ns(e: OpEnd, s: OpStart) -> int | None:

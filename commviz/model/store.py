@@ -34,7 +34,7 @@ R_KIND, R_ID, R_T, R_SEQ, R_SIG, R_ERR, R_EBYTES, R_DEV, R_OFF, R_LEN, R_N = ran
 
 _id, _t, _seq = attrgetter("id"), attrgetter("t"), attrgetter("seq")
 _SIG = ("op", "group", "bytes", "dtype", "root", "reduce_op")
-_TAIL = ("error", "bytes", "device_ns", "captured")
+_TAIL = ("error", "bytes", "device_ns", "captured", "first")
 _sig, _tail = attrgetter(*_SIG), attrgetter(*_TAIL)
 _one = msgspec.msgpack.Decoder(Event)
 _decode_one = _one.decode
@@ -156,7 +156,7 @@ def _read_c(store: Sequence) -> tuple | None:
 
 def object_columns(store: Sequence) -> tuple:
     """Event objects' columns as a Chunk reads them: kind, id, t, seq, sig, err, ebytes,
-    dev (an end's: an error or a captured op, its bytes, its device time), and the
+    dev (an end's: an error, a captured or first op, its bytes, its device time), and the
     signature table `sig` indexes."""
     kind, ident, t, seq, sig, tail, sigs, tails = _read_c(store) or _read(store)
     m = len(kind)
@@ -164,7 +164,7 @@ def object_columns(store: Sequence) -> tuple:
     if tails:
         e = np.flatnonzero(tail >= 0)
         codes = tail[e]
-        err[e] = np.array([bool(k[0]) or bool(k[3]) for k in tails], bool)[codes]
+        err[e] = np.array([bool(k[0]) or bool(k[3]) or bool(k[4]) for k in tails], bool)[codes]
         ebytes[e] = np.array([k[1] for k in tails], np.int64)[codes]
         dev[e] = np.array([k[2] for k in tails], np.int64)[codes]
     return (kind, ident, t, seq, sig, err, ebytes, dev), sigs

@@ -25,7 +25,7 @@ def begin(probe, name: str, pg, nbytes: int, dtype: str, shape: list, tensor=Non
     if g is None:
         return None
     seq = probe.next_seq(g)
-    cuda = probe.cuda_side.begin(tensor) if tensor is not None and tensor.is_cuda else False
+    cuda = probe.cuda_side.begin(tensor, g) if tensor is not None and tensor.is_cuda else False
     op_id = next(probe.ids)
     t0 = time.monotonic_ns()
     probe.push(start_record(op_id, t0, name, g.gid, seq, nbytes, dtype, shape, -1, root, is_async, reduce_op))
@@ -36,8 +36,9 @@ def begin_functional(probe, name: str, pg, tensors: list, gathered: bool, src: i
                      reduce_op="") -> Rec | None:
     """Start the event of a functional collective, eager (probe/funcol.py) or run by
     a compiled graph (probe/kernels.py): async, `tensors` its inputs (× the group's
-    size when `gathered`), `src` broadcast's root as a rank of the group. No tensor
-    for the CUDA side: the op ends at its wait_tensor (host time), not on a Work."""
+    size when `gathered`), `src` broadcast's root as a rank of the group. A CUDA
+    input gets its start event here; the op ends at its wait_tensor (probe/kernels.py
+    `Pending`), not on a Work: torch keeps the Work in C++."""
     g = probe.group_info(pg)
     if g is None:
         return None
@@ -46,8 +47,8 @@ def begin_functional(probe, name: str, pg, tensors: list, gathered: bool, src: i
     root = -1
     if src is not None:
         root = g.ranks[src] if 0 <= src < g.size else -1
-    return begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), None, root=root, is_async=True,
-                 reduce_op=str(reduce_op).upper() if reduce_op else "")
+    return begin(probe, name, pg, nbytes, dtype_name(t.dtype), list(t.shape), t if t.is_cuda else None,
+                 root=root, is_async=True, reduce_op=str(reduce_op).upper() if reduce_op else "")
 
 
 def guarded(probe, name: str, orig, start, finish):

@@ -71,6 +71,14 @@ class Rec:
         self.backend = backend
 
 
+def _backend_of(pg, dev: int):
+    """The backend that runs `pg`'s ops on CUDA device `dev` (ProcessGroupNCCL: its
+    get_error() says whether the watchdog found the communicator failed)."""
+    import torch
+
+    return pg._get_backend(torch.device("cuda", dev))
+
+
 def _no_ring_end(op_id: int, t: int, failed: bool = False) -> None:
     pass
 
@@ -151,7 +159,7 @@ class Probe:
         from commviz.probe.cuda import CudaSide
 
         if self.cuda_side is None:  # one per process: CUDAGraph is patched once, for it
-            self.cuda_side = CudaSide(self._cuda(), self.push, self.health, self._device_seen)
+            self.cuda_side = CudaSide(self._cuda(), self.push, self.health, self._device_seen, _backend_of)
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
                              self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack)
         self.sender.start()
@@ -358,7 +366,8 @@ class Probe:
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, spec.name, g.gid, seq, nbytes, dtype, shape, peer, root, is_async,
                                reduce_name(red) if red is not None else ""))
-        return Rec(op_id, spec.name, t0, peer, self.cuda_side.begin(x) if x is not None else False, g.backend)
+        return Rec(op_id, spec.name, t0, peer, self.cuda_side.begin(x, g, peer) if x is not None else False,
+                   g.backend)
 
     def next_seq(self, g: GroupInfo, direction: str = "", peer: int = -1) -> int:
         if direction:
@@ -381,7 +390,7 @@ class Probe:
         t = p2p.tensor
         peer = int(p2p.peer)
         seq = self.next_seq(g, "send" if name == "isend" else "recv", peer)
-        cuda = self.cuda_side.begin(t) if t.is_cuda else False
+        cuda = self.cuda_side.begin(t, g, peer) if t.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
@@ -397,7 +406,7 @@ class Probe:
             return None
         buf = bucket.buffer()
         seq = self.next_seq(g)
-        cuda = self.cuda_side.begin(buf) if buf.is_cuda else False
+        cuda = self.cuda_side.begin(buf, g) if buf.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
         self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),

@@ -23,12 +23,28 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
   library, are left alone. Where the driver call is not there or fails, the poller
   falls back to holding off while a capture begun through `torch.cuda.CUDAGraph` is
   open (captures begun by other means are then not guarded).
-- Device time comes from two timing events on the tensor's device's current stream,
-  one before the op and one after it (a sync NCCL op makes that stream wait for the
-  NCCL stream; an async op's future callback runs on a stream that waits for it),
-  read with `elapsed_time` on the polling thread. The host time to enqueue is kept
-  apart from it.
+- Device time is the backend's own where it keeps one: with `TORCH_NCCL_ENABLE_TIMING=1`
+  ProcessGroupNCCL records events on its own stream around the kernel, and
+  `Work._get_duration()` reads them. Otherwise it comes from two timing events on the
+  tensor's device's current stream, one before the op and one after it (a sync NCCL
+  op makes that stream wait for the NCCL stream; an async op's future callback runs
+  on a stream that waits for it), read with `elapsed_time` on the polling thread.
+  Ops of one communicator run one after another on its NCCL stream, so an op issued
+  while the one before it still ran began when that one ended: its time is counted
+  from the later of its start event and the previous op's end event, and queueing
+  behind the earlier op is not in it. The host time to enqueue is kept apart.
+- NCCL creates a communicator lazily, inside the first op that needs it (each p2p
+  pair has its own): that op's time is mostly setup. Its end says `first`, and the
+  model leaves it out of the time statistics. A group made with `device_id` (eager
+  init) has its collective communicator already.
+- The poller keeps one FIFO per device and communicator and asks each only about its
+  oldest op: ops of one communicator complete in order, so nothing behind an
+  incomplete op needs a query. Timing events are reused once read (a pool per
+  device), not created twice per op.
 - `Work.is_completed()` is also true when the op failed: `Work.exception()` says so.
+  A blocking op has no Work to ask: its end event completes even when the watchdog
+  aborted the communicator, so the group's `get_error()` (ProcessGroupNCCL) is asked
+  when the event completes, and every second while it has not.
 """
 
 from __future__ import annotations
@@ -36,6 +52,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections import deque
 
 from commviz.events import end_record
 from commviz.probe import transparent
@@ -67,21 +84,31 @@ def driver_capture_mode():
 
     return exchange
 
+POOL_MAX = 64  # timing events kept for reuse, per device
+ERROR_CHECK_S = 1.0  # how often a blocking op still running asks its group for an error
+
+
 class CudaCall:
-    """What the caller's thread learnt about a CUDA op before it ran (truthy)."""
+    """What the caller's thread learnt about a CUDA op before it ran (truthy).
+    `comm`: which communicator (its NCCL stream) it runs on, as (group id, peer: -1
+    for collectives); `first`: the first op this rank ran on it; `pg`: the group,
+    asked for errors when the op has no Work."""
 
-    __slots__ = ("dev", "start", "captured")
+    __slots__ = ("dev", "start", "captured", "comm", "first", "pg")
 
-    def __init__(self, dev: int, start, captured: bool = False) -> None:
+    def __init__(self, dev: int, start, captured: bool = False, comm=None, first: bool = False, pg=None) -> None:
         self.dev = dev
         self.start = start  # timing event recorded before the op, or None
         self.captured = captured
+        self.comm = comm
+        self.first = first
+        self.pg = pg
 
 
 class Pending:
-    __slots__ = ("op_id", "dev", "start", "end", "work", "nbytes", "enqueue_ns")
+    __slots__ = ("op_id", "dev", "start", "end", "work", "nbytes", "enqueue_ns", "comm", "first", "pg", "check_at")
 
-    def __init__(self, op_id, dev, start, end, work, nbytes, enqueue_ns) -> None:
+    def __init__(self, op_id, dev, start, end, work, nbytes, enqueue_ns, comm=None, first=False, pg=None) -> None:
         self.op_id = op_id
         self.dev = dev
         self.start = start
@@ -89,6 +116,15 @@ class Pending:
         self.work = work
         self.nbytes = nbytes
         self.enqueue_ns = enqueue_ns
+        self.comm = comm
+        self.first = first
+        self.pg = pg  # a blocking op's group: no Work says whether it failed
+        self.check_at = 0.0  # when next to ask the group for an error
+
+    @classmethod
+    def of(cls, op_id, call: CudaCall, start, end, work, nbytes, enqueue_ns) -> Pending:
+        return cls(op_id, call.dev, start, end, work, nbytes, enqueue_ns, call.comm, call.first,
+                   call.pg if work is None else None)
 
 
 class Backoff:
@@ -125,12 +161,15 @@ class CudaSide:
     """The probe's CUDA side: `begin`/`end_*` on the caller's thread, a poller thread
     for completions. ``cuda`` is `torch.cuda` (a fake in tests)."""
 
-    def __init__(self, cuda, push, health, on_device=None) -> None:
+    def __init__(self, cuda, push, health, on_device=None, backend_of=None) -> None:
         self.cuda = cuda
         self.push = push
         self.health = health
         self.on_device = on_device  # (index) -> None, once per device this rank uses
+        self.backend_of = backend_of  # (pg, device index) -> its backend (get_error), or None
         self.devices: set[int] = set()
+        self.comms: set = set()  # (group id, peer) this rank has run an op on
+        self.pools: dict[int, list] = {}  # device -> timing events free for reuse
         self.captures = 0  # CUDA graph captures open in this process
         self.capture_lock = threading.Lock()  # a capture never begins mid-query
         self.poller: CudaPoller | None = None
@@ -138,22 +177,47 @@ class CudaSide:
 
     # ------------------------------------------------------------ caller's thread
 
-    def begin(self, x) -> CudaCall:
-        """Before a CUDA op: its device, whether its stream is capturing, and a timing
-        event on the tensor's device's current stream. Never raises."""
+    def begin(self, x, g=None, peer: int = -1) -> CudaCall:
+        """Before a CUDA op on group `g` (a GroupInfo; `peer` for p2p): its device,
+        whether its stream is capturing, and a timing event on the tensor's device's
+        current stream. Never raises."""
         try:
             dev = x.get_device()
             if dev not in self.devices:
                 self._new_device(dev)
             cuda = self.cuda
+            comm, first, pg = None, False, None
+            if g is not None:
+                comm, pg = (g.gid, peer), g.pg
+                if comm not in self.comms:
+                    self.comms.add(comm)
+                    first = peer >= 0 or getattr(pg, "bound_device_id", None) is None
             if self._capturing(dev):
-                return CudaCall(dev, None, True)
-            ev = cuda.Event(enable_timing=True)
+                return CudaCall(dev, None, True, comm, first, pg)
+            ev = self.event(dev)
             ev.record(cuda.current_stream(dev))  # torch guards the stream's device
-            return CudaCall(dev, ev)
+            return CudaCall(dev, ev, False, comm, first, pg)
         except Exception as exc:
             self.health.internal("cuda begin", exc)
             return CudaCall(-1, None)
+
+    def event(self, dev: int):
+        """A timing event, from the device's pool when one is free."""
+        pool = self.pools.get(dev)
+        if pool:
+            try:
+                return pool.pop()
+            except IndexError:  # another thread took the last one
+                pass
+        return self.cuda.Event(enable_timing=True)
+
+    def recycle(self, dev: int, ev) -> None:
+        """`ev` has completed and been read: it may be recorded again."""
+        pool = self.pools.get(dev)
+        if pool is None:
+            pool = self.pools[dev] = []
+        if len(pool) < POOL_MAX:
+            pool.append(ev)
 
     def _capturing(self, dev: int) -> bool:
         cuda = self.cuda
@@ -170,18 +234,20 @@ class CudaSide:
             except Exception as exc:
                 self.health.internal("device info", exc)
 
-    def end_sync(self, op_id: int, call: CudaCall, t0: int, nbytes: int = -1) -> None:
-        """After a blocking op: the current stream now waits for it, so an event
-        recorded there completes when the op has."""
-        enqueue_ns = time.monotonic_ns() - t0
+    def end_sync(self, op_id: int, call: CudaCall, t0: int, nbytes: int = -1, enqueue_ns: int = -1) -> None:
+        """After a blocking op, or the wait of a functional collective (whose host
+        time to return, `enqueue_ns`, was taken when it returned): the current stream
+        now waits for it, so an event recorded there completes when the op has."""
+        if enqueue_ns < 0:
+            enqueue_ns = time.monotonic_ns() - t0
         if call.captured or call.dev < 0:
             self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
         end = None
         if call.start is not None:
-            end = self.cuda.Event(enable_timing=True)
+            end = self.event(call.dev)
             end.record(self.cuda.current_stream(call.dev))
-        self.poll(Pending(op_id, call.dev, call.start, end, None, nbytes, enqueue_ns))
+        self.poll(Pending.of(op_id, call, call.start, end, None, nbytes, enqueue_ns))
 
     def end_work(self, op_id: int, call: CudaCall, work, t0: int, nbytes: int = -1, coalesced: bool = False) -> None:
         """After an async op: its future's callback runs on a stream that waits for the
@@ -200,7 +266,7 @@ class CudaSide:
             except Exception:
                 fut = None
         if fut is None or call.start is None:
-            self.poll(Pending(op_id, call.dev, None, None, work, nbytes, enqueue_ns))
+            self.poll(Pending.of(op_id, call, call.start, None, work, nbytes, enqueue_ns))
             return
         self.end_future(op_id, call, fut, enqueue_ns, nbytes, work)
 
@@ -216,13 +282,13 @@ class CudaSide:
                 self.push(end_record(op_id, time.monotonic_ns(), error_text(exc), nbytes))
                 return
             try:
-                end = self.cuda.Event(enable_timing=True)
+                end = self.event(call.dev)
                 end.record(self.cuda.current_stream(call.dev))
             except Exception as exc:
                 self.health.internal("cuda completion", exc)
                 end = None
-            self.poll(Pending(op_id, call.dev, call.start if end is not None else None, end, work, nbytes,
-                              enqueue_ns))
+            self.poll(Pending.of(op_id, call, call.start if end is not None else None, end, work, nbytes,
+                                 enqueue_ns))
 
         fut.add_done_callback(done)
 
@@ -230,7 +296,7 @@ class CudaSide:
         """Ends that no poll can give. Captured: nothing ran, the op is in a CUDA graph
         and runs at each replay; its end says so, and no event was recorded that could
         fail later. No device known (begin failed, said once): the host's time."""
-        self.push(end_record(op_id, time.monotonic_ns(), "", nbytes, -1, -1, enqueue_ns, call.captured))
+        self.push(end_record(op_id, time.monotonic_ns(), "", nbytes, -1, -1, enqueue_ns, call.captured, call.first))
 
     def poll(self, p: Pending) -> None:
         poller = self.poller
@@ -247,6 +313,7 @@ class CudaSide:
             poller, self.poller = self.poller, None
         if poller is not None:
             poller.stop(grace_s)
+        self.pools.clear()  # the next poller starts with events of its own
 
     # ------------------------------------------------------------- graph capture
 
@@ -292,7 +359,11 @@ class CudaPoller:
 
     def __init__(self, side: CudaSide) -> None:
         self.side = side
-        self.pending: list[Pending] = []
+        self.incoming: list[Pending] = []  # added since the last poll
+        self.queues: dict[tuple, deque] = {}  # (device, communicator) -> its ops, oldest first
+        self.last_end: dict[tuple, object] = {}  # (device, communicator) -> end event of its last op
+        self.backends: dict[tuple, object] = {}  # (id(pg), device) -> backend with get_error, or None
+        self.backend_timing: bool | None = None  # Work._get_duration() answers (TORCH_NCCL_ENABLE_TIMING)
         self.backoff = Backoff()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -304,12 +375,18 @@ class CudaPoller:
         self.capture_mode = ""
         self.thread = threading.Thread(target=self._run, name="commviz-cuda", daemon=True)
 
+    @property
+    def pending(self) -> list[Pending]:
+        """Every op not yet seen complete (a copy)."""
+        with self._lock:
+            return [p for q in self.queues.values() for p in q] + list(self.incoming)
+
     def start(self) -> None:
         self.thread.start()
 
     def add(self, p: Pending) -> None:
         with self._lock:
-            self.pending.append(p)
+            self.incoming.append(p)
             self.backoff.reset()
         self._wake.set()
 
@@ -346,10 +423,10 @@ class CudaPoller:
         side = self.side
         safe = self._thread_local_capture_mode()
         while True:
-            stopping = self._stop_at is not None
-            if stopping and (not self.pending or time.monotonic() >= self._stop_at):
+            idle = not self.queues and not self.incoming
+            if self._stop_at is not None and (idle or time.monotonic() >= self._stop_at):
                 return
-            if not self.pending:
+            if idle:
                 self._wake.wait(0.1)
                 self._wake.clear()
                 continue
@@ -371,21 +448,31 @@ class CudaPoller:
             self._dev = dev
 
     def poll_once(self) -> None:
+        """Each FIFO from its oldest op, up to the first one still running."""
         with self._lock:
-            pending, self.pending = self.pending, []
-        keep = []
-        for p in pending:
-            try:
-                if not self._check(p):
-                    keep.append(p)
-            except Exception as exc:  # e.g. an illegal address surfacing at the query
-                self.side.push(end_record(p.op_id, time.monotonic_ns(), error_text(exc), p.nbytes, -1, -1,
-                                          p.enqueue_ns))
-        if keep:
-            with self._lock:
-                self.pending = keep + self.pending
+            new, self.incoming = self.incoming, []
+        queues = self.queues
+        for p in new:
+            key = (p.dev, p.comm if p.comm is not None else id(p))
+            q = queues.get(key)
+            if q is None:
+                q = queues[key] = deque()
+            q.append(p)
+        for key in list(queues):
+            q = queues[key]
+            while q:
+                p = q[0]
+                try:
+                    if not self._check(p, key):
+                        break
+                except Exception as exc:  # e.g. an illegal address surfacing at the query
+                    self.side.push(end_record(p.op_id, time.monotonic_ns(), error_text(exc), p.nbytes, -1, -1,
+                                              p.enqueue_ns, False, p.first))
+                q.popleft()
+            if not q:
+                del queues[key]
 
-    def _check(self, p: Pending) -> bool:
+    def _check(self, p: Pending, key: tuple) -> bool:
         """True (and the end pushed) once `p` is done."""
         self._use(p.dev)
         err = ""
@@ -394,13 +481,70 @@ class CudaPoller:
                 return False
             err = work_error(p.work)
         if not err and p.end is not None and not p.end.query():
-            return False
+            if p.pg is not None and time.monotonic() >= p.check_at:
+                p.check_at = time.monotonic() + ERROR_CHECK_S
+                err = self._group_error(p)
+            if not err:
+                return False
+        elif not err and p.pg is not None:
+            err = self._group_error(p)
         t = time.monotonic_ns()
-        device_ns = -1
-        if not err and p.start is not None and p.end is not None:
-            try:
-                device_ns = int(p.start.elapsed_time(p.end) * 1e6)  # ms → ns
-            except Exception as exc:  # the op is done; only its device time is not known
-                self.side.health.internal("cuda elapsed_time", exc)
-        self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns))
+        device_ns = -1 if err else self._device_ns(p, key)
+        self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
         return True
+
+    def _device_ns(self, p: Pending, key: tuple) -> int:
+        """The op's own time on the device: the backend's where it has one, else from
+        our events, not counting the wait for the previous op on its communicator."""
+        side = self.side
+        ns = -1
+        if p.work is not None and self.backend_timing is not False:
+            try:
+                ns = int(p.work._get_duration() * 1e6)  # ms → ns
+                self.backend_timing = True
+            except Exception:  # timing off: "Timing not enabled", or a backend without it
+                if self.backend_timing is None:
+                    self.backend_timing = False
+        if ns < 0 and p.start is not None and p.end is not None:
+            try:
+                ms = p.start.elapsed_time(p.end)
+                prev = self.last_end.get(key)
+                if prev is not None:
+                    since_prev = prev.elapsed_time(p.end)
+                    if 0 <= since_prev < ms:
+                        ms = since_prev  # it waited for the previous op on the stream
+                ns = int(ms * 1e6)
+            except Exception as exc:  # the op is done; only its device time is not known
+                side.health.internal("cuda elapsed_time", exc)
+        if p.start is not None:
+            side.recycle(p.dev, p.start)
+        if p.end is not None:
+            prev = self.last_end.get(key)
+            self.last_end[key] = p.end
+            if prev is not None:
+                side.recycle(p.dev, prev)
+        return ns
+
+    def _group_error(self, p: Pending) -> str:
+        """What the group's backend says went wrong with its communicator, "" if
+        nothing (or it cannot say)."""
+        k = (id(p.pg), p.dev)
+        b = self.backends.get(k, False)
+        if b is False:
+            b = None
+            try:
+                if self.side.backend_of is not None:
+                    b = self.side.backend_of(p.pg, p.dev)
+            except Exception:
+                b = None
+            if b is not None and not callable(getattr(b, "get_error", None)):
+                b = None
+            self.backends[k] = b
+        if b is None:
+            return ""
+        e = b.get_error()
+        name = getattr(e, "name", str(e))
+        if name == "SUCCESS":
+            return ""
+        return (f"NCCL reports {name} on this group's communicator (ProcessGroupNCCL.get_error()): "
+                "the op did not complete normally")

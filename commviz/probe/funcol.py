@@ -12,6 +12,7 @@ waited on it."""
 from __future__ import annotations
 
 import inspect
+import time
 
 from commviz import ops as opcat
 from commviz.probe import calls, transparent
@@ -92,4 +93,5 @@ def _finish(probe, funcol, pending, rec, result) -> None:
     if acts:
         pending.watch(rec, [(a.elem, a) for a in acts])
     else:
-        probe.end_now(rec)  # already waited inside the call (tracing, a gather on another dim)
+        pending.ended(rec, time.monotonic_ns() - rec.t0, waited=True)  # waited inside the call (tracing,
+        # a gather on another dim)

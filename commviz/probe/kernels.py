@@ -65,8 +65,10 @@ class Pending:
         """`pairs`: (tensor whose storage the wait will name, object whose death
         ends the wait unwaited). `freed=False`: no watch on their death (a weakref
         on a tensor costs ~10 µs over its life); the op then ends at its wait, or
-        when its storage is filled again, or when it is the oldest of MAX_PENDING."""
-        entry = [rec.id, 0]
+        when its storage is filled again, or when it is the oldest of MAX_PENDING.
+        A CUDA op's end, at its wait, is an event on the stream that waited (see
+        `done`); ended unwaited, it is the host's time then."""
+        entry = [rec, 0, time.monotonic_ns() - rec.t0]  # the op, storages to wait, its host time to return
         by = self.by_storage
         for t, owner in pairs:
             key = _storage(t)
@@ -80,22 +82,31 @@ class Pending:
             if freed:
                 weakref.finalize(owner, self.done, key, entry)
         if entry[1] == 0:
-            self.probe.end_now(rec)
+            self.ended(rec, entry[2], waited=True)  # waited inside the call
         while len(by) > MAX_PENDING:
             self.done(next(iter(by)))
 
-    def done(self, key: int, entry: list | None = None) -> None:
+    def done(self, key: int, entry: list | None = None, waited: bool = False) -> None:
         cur = self.by_storage.get(key)
         if cur is None or entry is not None and cur is not entry:
             return  # ended already, or the storage now belongs to a later op
         del self.by_storage[key]
         cur[1] -= 1
         if cur[1] == 0:
-            self.probe.push(end_record(cur[0], time.monotonic_ns()))
+            self.ended(cur[0], cur[2], waited)
+
+    def ended(self, rec, enqueue_ns: int, waited: bool) -> None:
+        """The op's result is usable. After a wait on CUDA the current stream waits
+        for the collective: an event recorded there now completes when it has, and
+        times it on the device (probe/cuda.py). Otherwise: now, on the host."""
+        if waited and rec.cuda:
+            self.probe.cuda_side.end_sync(rec.id, rec.cuda, rec.t0, -1, enqueue_ns)
+        else:
+            self.probe.push(end_record(rec.id, time.monotonic_ns()))
 
     def waited(self, tensor) -> None:
         if self.by_storage:
-            self.done(_storage(tensor))
+            self.done(_storage(tensor), waited=True)
 
 
 def _storage(t) -> int:

@@ -324,7 +324,7 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
                     dt = x.dtype
                     start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
                              x.shape, peer, -1, is_async, red)
-                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x)  # (module docstring)
+                    on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x, g, peer)  # (module docstring)
                 if len(q) < cap:
                     append(start)
                 else:
@@ -376,6 +376,8 @@ def _wrap_destroy(orig, probe):
         try:
             if probe.kernels is not None:
                 probe.kernels.forget_groups()
+            if probe.cuda_side is not None:  # a new group's communicators are set up anew
+                probe.cuda_side.comms.clear()
             if group is None:
                 probe.auditor.remember()
                 probe.groups.clear()

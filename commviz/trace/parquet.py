@@ -7,10 +7,11 @@ Times are wall-clock ns (each rank's stamps plus its hello offset, as everywhere
 `busbw_factor` is nccl-tests' factor for the op's group size (`ops.busbw_factor`),
 so busbw = bytes / duration_ns * busbw_factor in GB/s. `duration_ns` is host time
 (call to the end the probe saw); a CUDA op also has `device_ns`, its GPU time from
-CUDA events around it on its stream, which `summary` uses where present:
-`coalesce(device_ns, duration_ns)` over rows not `captured` is the time summary
-times an op by (`enqueue_ns`: the host time the call took to return; `captured`:
-recorded into a CUDA graph, nothing ran then).
+NCCL's own timing or CUDA events around it, which `summary` uses where present:
+`coalesce(device_ns, duration_ns)` over rows not `captured` and not `first` is the
+time summary times an op by (`enqueue_ns`: the host time the call took to return;
+`captured`: recorded into a CUDA graph, nothing ran then; `first`: the rank's first
+op on that communicator, mostly NCCL's setup).
 An op that never ended has
 no end and no duration, and `error` "unfinished". pyarrow is an optional extra
 (`pip install 'commviz[parquet]'`).
@@ -28,7 +29,8 @@ from commviz.model.state import SeenIds
 ROW_BUDGET = 262_144  # rows held across all ranks before the biggest buffers are written
 
 COLUMNS = ("rank", "host", "op", "group", "group_size", "seq", "bytes", "dtype", "peer", "root", "reduce_op",
-           "t_start_ns", "t_end_ns", "duration_ns", "error", "busbw_factor", "device_ns", "enqueue_ns", "captured")
+           "t_start_ns", "t_end_ns", "duration_ns", "error", "busbw_factor", "device_ns", "enqueue_ns", "captured",
+           "first")
 
 
 class MissingPyarrow(ImportError):
@@ -45,7 +47,7 @@ def _schema():
                       ("bytes", i64), ("dtype", s), ("peer", i64), ("root", i64), ("reduce_op", s),
                       ("t_start_ns", i64), ("t_end_ns", i64), ("duration_ns", i64), ("error", s),
                       ("busbw_factor", pa.float64()), ("device_ns", i64), ("enqueue_ns", i64),
-                      ("captured", pa.bool_())])
+                      ("captured", pa.bool_()), ("first", pa.bool_())])
 
 
 class _Rank:
@@ -97,7 +99,7 @@ class ParquetExport:
                        opcat.busbw_factor(s.op, n),
                        e.device_ns if e is not None and e.device_ns >= 0 else None,
                        e.enqueue_ns if e is not None and e.enqueue_ns >= 0 else None,
-                       e is not None and e.captured))
+                       e is not None and e.captured, e is not None and e.first))
         self.held += 1
         if self.held >= ROW_BUDGET:
             for big in sorted(self.ranks.values(), key=lambda x: -len(x.rows))[: max(1, len(self.ranks) // 4)]:

@@ -135,6 +135,8 @@ def _slice_of(rank: int, s, t0: int, e, t1: int, tid: int, origin: int) -> dict:
             args["enqueue_us"] = _us(e.enqueue_ns)
         if e.captured:
             args["captured"] = "recorded into a CUDA graph: runs at each replay"
+        if e.first:
+            args["first"] = "first op on its communicator: its time includes NCCL's setup"
     return {"ph": "X", "pid": rank, "tid": tid, "name": f"{s.op} #{s.seq}", "cat": s.op,
             "ts": _us(t0 - origin), "dur": _us(max(0, t1 - t0)), "args": args}
 

@@ -57,6 +57,33 @@ def test_every_cuda_op_is_timed_on_the_device(job):
         assert e.device_ns <= e.t - s.t + 1_000_000, (s.op, e)  # seen done after it was done (1 ms clock slack)
 
 
+def test_device_time_is_the_ops_own_not_the_queue_in_front_of_it(job):
+    """An all_reduce issued behind ~0.1 s of matmuls: seen done only after them (host
+    time includes them), yet its device time is its own. Host timing, or events that
+    both sit after the op, cannot pass this."""
+    expected, _, events = job
+    q = expected["queued"]
+    ends = {e.id: e for e in events if isinstance(e, OpEnd)}
+    [s] = [e for e in events if isinstance(e, OpStart) and e.op == "all_reduce" and e.bytes == 4 * q["floats"]]
+    e = ends[s.id]
+    host_ns, behind_ns = e.t - s.t, q["behind_ms"] * 1e6
+    assert behind_ns > 20e6, q  # the matmuls really queued the op (a faster GPU: more of them)
+    assert host_ns >= 0.8 * behind_ns, (host_ns, q)
+    assert 0 <= e.device_ns < 0.2 * behind_ns, (e.device_ns, q)
+
+
+def test_the_first_op_on_the_communicator_says_so_and_only_it(job):
+    _, _, events = job
+    starts = {e.id: e for e in events if isinstance(e, OpStart)}
+    firsts = [starts[e.id] for e in events if isinstance(e, OpEnd) and e.first]
+    by_comm = {}
+    for s in firsts:
+        key = (s.group, s.peer if s.op in ("send", "recv", "isend", "irecv") else -1)
+        assert key not in by_comm, (s, by_comm)
+        by_comm[key] = s
+    assert by_comm, "no op was marked first on its communicator"
+
+
 def test_the_captured_collective_is_marked_captured(job):
     expected, _, events = job
     if expected["graph"] != "captured":

@@ -60,8 +60,9 @@ def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> 
             err = "RuntimeError: peer gone" if rng.random() < 0.004 * noisy else ""
             dev = rng.randrange(10_000, 90_000) if rng.random() < 0.3 else -1
             captured = dev < 0 and rng.random() < 0.01 * noisy  # captured into a CUDA graph: untimed
+            first = dev >= 0 and rng.random() < 0.02 * noisy  # first on its communicator: untimed
             e = OpEnd(ids[r], end_t, error=err, bytes=b * 2 if rng.random() < 0.01 * noisy else -1, device_ns=dev,
-                      captured=captured)
+                      captured=captured, first=first)
             ids[r] += 1
             roll = rng.random()
             roll /= noisy

@@ -20,9 +20,9 @@ RANKS = (0, 1, 2, 3)
 
 
 def cuda_op(op_id: int, t0: int, host_ns: int, device_ns: int, name: str = "all_reduce", seq: int = 0,
-            nbytes: int = MB, captured: bool = False, **kw) -> list:
+            nbytes: int = MB, captured: bool = False, first: bool = False, **kw) -> list:
     return [OpStart(op_id, t0, name, "0", seq, nbytes, "float32", [nbytes // 4], **kw),
-            OpEnd(op_id, t0 + host_ns, device_ns=device_ns, enqueue_ns=20_000, captured=captured)]
+            OpEnd(op_id, t0 + host_ns, device_ns=device_ns, enqueue_ns=20_000, captured=captured, first=first)]
 
 
 def job() -> list[Batch]:
@@ -65,6 +65,26 @@ def test_a_captured_op_is_counted_but_not_timed():
         out.append(Batch(1, r, cuda_op(1, 20 * MS, 10 * MS, 1 * MS, seq=1)))
     m = Model()
     m.ingest_trace(out)
+    [row] = m.summary()["ops"]
+    assert row["count"] == 2 and row["bytes"] == 2 * MB
+    assert row["p50_us"] == 1000.0 and row["p99_us"] == 1000.0
+
+
+@pytest.mark.parametrize("path", ["per event", "batch"])
+def test_the_first_op_on_a_communicator_is_counted_but_not_timed(path):
+    """NCCL sets a communicator up inside its first op: 2 s of setup is no transfer,
+    and must not make the all_reduce look 2,000× slower at p99."""
+    out = [Batch(1, r, [hello(r, world=4), group(ranks=RANKS)]) for r in RANKS]
+    for r in RANKS:
+        out.append(Batch(1, r, cuda_op(0, 1000, 2000 * MS, 2000 * MS, first=True)
+                         + cuda_op(1, 3000 * MS, 10 * MS, 1 * MS, seq=1)))
+    m = Model()
+    if path == "batch":
+        m.ingest_trace(out)
+    else:
+        for b in out:
+            for ev in b.events:
+                m.ingest(b.rank, ev)
     [row] = m.summary()["ops"]
     assert row["count"] == 2 and row["bytes"] == 2 * MB
     assert row["p50_us"] == 1000.0 and row["p99_us"] == 1000.0

@@ -17,6 +17,7 @@ ProcessGroupNCCL.cpp):
   as another library calling `cudaStreamBeginCapture` does).
 - Streams run only when the test says so: `stream.run(at_ms)` completes everything
   recorded on it so far, at that device time; `elapsed_time` is the difference.
+- Events may be recorded again (a new point in time each time), as CUDA events can.
 - A Work on a device: `is_completed()` queries (needs the device), is also true when
   it failed, `exception()` says how; its future's callback runs at once on the
   calling thread with a stream that waits for the work (torch's invokeCallback).
@@ -67,6 +68,8 @@ class FakeCuda:
         self.invalidated: list[str] = []
         self.queries = 0
         self.Event = _event_class(self)
+        self.events_made = 0  # Event objects created
+        self.recorded = 0  # Event.record calls
         self.seen_done = threading.Event()  # a query answered "done"
         self.queried = threading.Event()  # some thread asked about an event or a Work
 
@@ -177,6 +180,7 @@ def _index(d) -> int:
 def _event_class(cuda: FakeCuda):
     class Event:
         def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+            cuda.events_made += 1
             self.timing = enable_timing
             self.device = None
             self.stream = None
@@ -184,9 +188,12 @@ def _event_class(cuda: FakeCuda):
             self.t_ms = None
 
         def record(self, stream=None) -> None:
+            cuda.recorded += 1
             stream = stream or cuda.current_stream()
             self.device = stream.device
             self.stream = stream
+            self.t_ms = None  # recorded again: a new point in the stream
+            self.captured = False
             if stream.capturing:
                 self.captured = True
                 return

@@ -103,14 +103,11 @@ def test_an_unwaited_result_ends_when_its_storage_is_filled_again(probe):
 
     class Rec:
         def __init__(self, i):
-            self.id = i
+            self.id, self.t0, self.cuda = i, 0, False
 
     class Probe:
         def push(self, rec):
             ended.append(rec[1])
-
-        def end_now(self, rec):
-            ended.append(rec.id)
 
     pending = Pending(Probe())
     t = torch.ones(4)

@@ -497,3 +497,187 @@ def test_33_6_the_exit_audit_reads_nccls_recorder_after_destroy_process_group(pr
     _wrap_destroy(lambda group=None: None, probe)()  # torch's part: nothing, here
     assert probe.default_group is None
     assert probe.auditor.backend() == "nccl"
+
+
+def test_33_3_an_op_queued_behind_the_previous_one_on_its_communicator_is_timed_from_its_end(probe, fc):
+    """Ops of one communicator run one after another on its NCCL stream: the second
+    all_reduce, issued at 1 ms while the first ran until 10 ms, ran 10→12 ms: 2 ms,
+    not the 11 ms between its start event and its end."""
+    w1, w2 = FakeWork(fc, 1), FakeWork(fc, 1)
+    x = FakeTensor(1)
+
+    def job():
+        fc.set_device(1)
+        works = iter([w1, w2])
+        op = fake_op(probe, "all_reduce", result=lambda: next(works))
+        op(x, async_op=True)
+        fc.current_stream(1).run(0.0)
+        op(x, async_op=True)
+        fc.current_stream(1).run(1.0)
+        w1.finish(10.0)
+        w2.finish(12.0)
+
+    (s1, e1), (s2, e2) = ops_of(probe, job)
+    assert e1.device_ns == 10_000_000 and e2.device_ns == 2_000_000
+
+
+def test_33_3_the_backends_own_timing_is_used_where_nccl_keeps_it(probe, fc):
+    """TORCH_NCCL_ENABLE_TIMING=1: Work._get_duration() is the kernel's time on the
+    NCCL stream, measured by NCCL's own events; it wins over ours."""
+
+    class TimedWork(FakeWork):
+        def _get_duration(self):
+            return 3.5  # ms, as torch returns it
+
+    w = TimedWork(fc, 0)
+
+    def job():
+        fake_op(probe, "all_reduce", result=lambda: w)(FakeTensor(0), async_op=True)
+        fc.default[0].run(0.0)
+        w.finish(9.0)
+
+    [(s, e)] = ops_of(probe, job)
+    assert e.device_ns == 3_500_000
+
+
+def test_33_3_the_first_op_on_each_communicator_says_so_and_is_left_out_of_time_stats(probe, fc):
+    from commviz.model.state import device_time_ns
+
+    probe.ensure_started()
+    probe.cuda_side.comms.clear()
+
+    def job():
+        x = FakeTensor(0)
+        ar = fake_op(probe, "all_reduce")
+        ar(x)
+        ar(x)
+        fake_op(probe, "send")(x, 1)
+        fake_op(probe, "send")(x, 1)
+        fake_op(probe, "send")(x, 2)
+        fc.default[0].run(5.0)
+
+    got = ops_of(probe, job)
+    assert [(s.op, s.peer, e.first) for s, e in got] == [
+        ("all_reduce", -1, True), ("all_reduce", -1, False), ("send", 1, True), ("send", 1, False),
+        ("send", 2, True)]
+    assert device_time_ns(got[0][1]) is None and device_time_ns(got[1][1]) == got[1][1].device_ns
+
+
+def test_33_5_the_poller_asks_only_the_oldest_op_of_each_communicator_and_reuses_events(fc):
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health())
+    poller = CudaPoller(side)  # driven by hand
+    fc.set_device(0)
+    works = [FakeWork(fc, 0, future=False) for _ in range(50)]
+    for i, w in enumerate(works):
+        poller.add(Pending(i, 0, None, None, w, -1, 0, ("g", -1)))
+    fc.queries = 0
+    poller.poll_once()
+    assert fc.queries == 1 and not ends  # the oldest is running: the 49 behind it are not asked
+    for w in works[:10]:
+        w.finish(1.0)
+    fc.queries = 0
+    poller.poll_once()
+    assert [e[1] for e in ends] == list(range(10)) and fc.queries == 11
+
+    # 200 blocking ops one after another make a handful of events, not 400
+    made = fc.events_made
+    for i in range(200):
+        start = side.event(0)
+        start.record(fc.default[0])
+        end = side.event(0)
+        end.record(fc.default[0])
+        poller.add(Pending(1000 + i, 0, start, end, None, -1, 0, ("g2", -1)))
+        fc.default[0].run(float(i))
+        poller.poll_once()
+    assert len(ends) == 210 and fc.events_made - made <= 4
+
+
+class FakeNcclBackend:
+    def __init__(self, error="SUCCESS"):
+        self.error = error
+
+    def get_error(self):
+        return type("ErrorType", (), {"name": self.error})()
+
+
+def test_33_6_a_blocking_op_on_a_failed_communicator_ends_with_the_error(probe, fc):
+    """No Work to ask: the end event completes after the watchdog aborted the
+    communicator, so the group's get_error() is what says the op failed."""
+    backend = FakeNcclBackend()
+
+    def job():
+        probe.ensure_started()
+        probe.cuda_side.backend_of = lambda pg, dev: backend
+        ar = fake_op(probe, "all_reduce")
+        ar(FakeTensor(0))
+        fc.default[0].run(1.0)
+        time.sleep(0.05)
+        backend.error = "TIMEOUT"
+        ar(FakeTensor(0))
+        fc.default[0].run(2.0)
+
+    try:
+        (s1, e1), (s2, e2) = ops_of(probe, job)
+    finally:
+        probe.cuda_side.backend_of = None
+    assert e1.error == "" and e1.device_ns >= 0
+    assert "TIMEOUT" in e2.error and "get_error" in e2.error and e2.device_ns == -1
+
+
+def test_33_6_a_blocking_op_that_never_completes_reports_its_communicators_error(probe, fc):
+    backend = FakeNcclBackend("COMM_ERROR")
+
+    def job():
+        probe.ensure_started()
+        probe.cuda_side.backend_of = lambda pg, dev: backend
+        fake_op(probe, "all_reduce")(FakeTensor(0))  # its stream never runs: a hang
+        deadline = time.monotonic() + 5
+        while probe.cuda_side.poller.pending and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    try:
+        [(s, e)] = ops_of(probe, job)
+    finally:
+        probe.cuda_side.backend_of = None
+    assert e is not None and "COMM_ERROR" in e.error
+
+
+class FakeResult(FakeTensor):
+    """A functional collective's output: the storage its wait names."""
+
+    def __init__(self, device: int) -> None:
+        super().__init__(device)
+        self.ptr = id(self)
+
+    def untyped_storage(self):
+        return type("Storage", (), {"data_ptr": lambda s: self.ptr})()
+
+
+def test_33_4_a_functional_collective_on_cuda_is_timed_on_the_device_and_ends_when_it_completes(probe, fc):
+    """funcol gives no Work: the op starts with an event before it and ends with one
+    recorded after its wait_tensor (the current stream then waits for it), so its end
+    is when the GPU finished, not when the wait was enqueued, and it has device time."""
+    from commviz.probe import calls
+    from commviz.probe.kernels import Pending
+
+    x, out = FakeTensor(0), FakeResult(0)
+    t_wait = []
+
+    def job():
+        probe.ensure_started()
+        pending = Pending(probe)
+        rec = calls.begin_functional(probe, "funcol.all_reduce", c10d._get_default_group(), [x], False)
+        fc.default[0].run(1.0)
+        pending.watch(rec, [(out, out)], freed=False)
+        pending.waited(out)  # the wait is enqueued: the stream will wait for the op
+        t_wait.append(time.monotonic_ns())
+        time.sleep(0.02)
+        fc.default[0].run(7.0)  # the collective (and so the waiting stream) gets there at 7 ms
+
+    [(s, e)] = ops_of(probe, job)
+    assert s.op == "funcol.all_reduce" and s.is_async
+    assert e.device_ns == 6_000_000 and e.t > t_wait[0] + 10_000_000 and 0 <= e.enqueue_ns <= e.t - s.t

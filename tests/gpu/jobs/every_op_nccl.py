@@ -155,6 +155,24 @@ from commviz.probe import patch as _patch  # noqa: E402  (what the probe's CUDA 
 side = _patch._probe.cuda_side if _patch._probe is not None else None
 capture_mode = side.poller.capture_mode if side is not None and side.poller is not None else "no poller"
 
+# Device time that host timing cannot pass for: an all_reduce (of QUEUED floats, to
+# find it) issued behind ~0.1-0.2 s of matmuls on the current stream. Its start event
+# completes after them, so its device time is the op's own (well under the matmuls);
+# the host's time from the call to the end seen includes them. The job times the
+# matmuls with events of its own.
+QUEUED = 12345
+queued = torch.ones(QUEUED, device=dev)
+a = torch.randn(4096, 4096, device=dev)
+torch.cuda.synchronize()
+m0, m1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+m0.record()
+for _ in range(80):
+    a = a @ a / 4096.0
+m1.record()
+dist.all_reduce(queued); did("all_reduce", 4 * QUEUED)
+torch.cuda.synchronize()
+queued_ms = m0.elapsed_time(m1)
+
 # DDP: its constructor's shape check (2 int64 per dimension per parameter) and
 # broadcast of the weights, one bucket per step for a model this small, and the
 # reducer's rebuild after the first step (an int32 per parameter and the bucket
@@ -175,5 +193,6 @@ props = torch.cuda.get_device_properties(0)
 with open(args.expect, "w") as fh:
     json.dump({"ops": expected, "sync_warnings": sync_seen, "graph": graph, "notes": notes,
                "raw_capture": raw_capture, "capture_mode": capture_mode,
+               "queued": {"floats": QUEUED, "behind_ms": queued_ms},
                "uuid": f"GPU-{props.uuid}", "device": "cuda:0"}, fh, indent=1)
 dist.destroy_process_group()
