@@ -191,10 +191,15 @@ class Frame(msgspec.Struct, array_like=True, omit_defaults=True):
     text: str = ""  # the source line, stripped, when the probe could read it
 
 
+QUIET_OP = -1  # Stack.op_id of a stack taken because the rank started no op for a while
+
+
 class Stack(msgspec.Struct, tag="stack", array_like=True, omit_defaults=True):
     """The Python stack of the thread that called op `op_id`, captured by the probe
     when the rank has been inside that op longer than its threshold (a background
-    thread can read it: the GIL is released while the backend waits).
+    thread can read it: the GIL is released while the backend waits). `op_id`
+    QUIET_OP: one of every thread's stacks, taken together at time `t` because the
+    rank had started no op for that long — in an op or not.
 
     `frames` are outermost first, innermost last, as `traceback.extract_stack` gives
     them. `lib_dirs` are this rank's directories whose frames are not the user's code

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from commviz.events import QUIET_OP
 from commviz.units import format_bytes
 
 
@@ -66,9 +67,19 @@ def render_diagnosis(d: dict, max_frames: int = 4) -> list[str]:
             who.append(f"{label} {','.join(map(str, d[key]))}")
     if who:
         lines.append("  " + " · ".join(who))
+    rc = (d.get("details") or {}).get("roll_call")
+    if rc:
+        lines.append("  roll-call (where the ranks are, odd ones first):")
+        for g in rc["groups"]:
+            n, state = g["count"], f"in {g['op']}" if g["op"] else "in no op"
+            at = f", in {g['function']} at {g['where']}" if g["where"] else ", no stack yet"
+            lines.append(f"    {n} rank{'s' if n > 1 else ''} {state}{at}: {g['ranks']}")
+        if rc.get("more_groups"):
+            lines.append(f"    … {rc['more_groups']} more groups (commviz summary --json)")
     for st in d.get("stacks") or []:
         where = st.get("where") or ""
-        lines.append(f"  rank {st['rank']} ({st.get('thread') or 'thread ?'}) stuck at {where}")
+        state = "in no op, at" if st.get("op_id") == QUIET_OP else "stuck at"
+        lines.append(f"  rank {st['rank']} ({st.get('thread') or 'thread ?'}) {state} {where}")
         frames = [f for f in st.get("frames", []) if f.get("user")][:max_frames]
         for f in frames:
             text = f" — {f['text']}" if f.get("text") else ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from commviz.model import rollcall
 from commviz.model.diagnosis import Diagnosis, Kind
 from commviz.model.text import ranks_phrase, secs, short_error
 from commviz.model.track import InFlight
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 MAX_ALSO_IN_MESSAGE = 4  # units stuck behind a root cause, named in its message
 MAX_MISSING_IN_MESSAGE = 4  # missing ranks described one by one; the rest are listed
+MAX_STACKS = 8  # ranks named up to which each one's stack is attached
+MAX_DETAIL_RANKS = 32  # per-rank entries kept in a diagnosis' details lists
 
 
 class Writer:
@@ -82,6 +85,12 @@ class Writer:
             else:
                 text = "it had not called any op yet" if dead else "no op in flight, and no op yet"
                 info.update(state="idle")
+            st = r.stacks.culprit(r.last_op_end)
+            uf = st.user_frame if st is not None else None
+            if uf is not None:
+                where = st.where()
+                text += f"; {'it was' if dead else 'now'} in {uf.function} ({where})"
+                info.update(where=where, function=uf.function)
         note = view.gone_note(rank)
         if note is not None:
             info["gone"] = note
@@ -283,11 +292,46 @@ class Writer:
         d.message += "; also stuck behind it: " + ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
     def attach_stacks(self, d: Diagnosis, ops: dict[int, int]) -> None:
-        """The latest stack of each rank the diagnosis names, for the op it names."""
-        out = []
-        for rank in sorted(ops):
-            r = self.model.ranks.get(rank)
-            st = r.stacks.for_op(ops[rank]) if r is not None else None
-            if st is not None:
-                out.append(st.to_json(rank, self.view.now))
-        d.stacks = out
+        """The stacks of the ranks the diagnosis names, for the op it names (or, for a
+        rank in no op, its latest quiet stack), and the roll-call of its ranks. Past
+        MAX_STACKS ranks, one stack per roll-call group and the culprits' own: the
+        diagnosis stays small at any number of ranks."""
+        if not ops and not d.missing_ranks:
+            return
+        ranks = set(ops) | set(d.missing_ranks) | set(d.details.get("members", ()))
+        places = [self.place(rank, ops.get(rank)) for rank in ranks]
+        groups = rollcall.roll_call(places)
+        if len(ranks) <= MAX_STACKS:
+            picked = {p.rank: p.stack for p in places if p.stack is not None}
+        else:
+            picked = {g.stack_rank: g.stack for g in groups if g.stack is not None}
+            for p in places:
+                if p.rank in d.culprit_ranks and p.stack is not None and len(picked) < 2 * MAX_STACKS:
+                    picked[p.rank] = p.stack
+        d.stacks = [picked[rank].to_json(rank, self.view.now) for rank in sorted(picked)]
+        if len(groups) > 1 or len(ranks) > MAX_STACKS:
+            d.details["roll_call"] = rollcall.groups_json(groups)
+            if any(g.where for g in groups):  # without stacks it would only repeat the message
+                d.message += "; " + rollcall.summary_line(groups)
+        for key in ("waits", "missing"):  # one entry per rank: bounded too
+            items = d.details.get(key)
+            if isinstance(items, list) and len(items) > MAX_DETAIL_RANKS:
+                d.details[key] = items[:MAX_DETAIL_RANKS]
+                d.details[key + "_more"] = len(items) - MAX_DETAIL_RANKS
+
+    def place(self, rank: int, op_id: int | None) -> rollcall.Place:
+        """Where `rank` is: the op the diagnosis names for it, else the op it is in,
+        else none; with the stack that says where in its code."""
+        r = self.model.ranks.get(rank)
+        if r is None:
+            return rollcall.Place(rank, "(no events)", None)
+        fl = r.inflight.get(op_id) if op_id is not None else None
+        if fl is None:
+            fl = self.model.current_op(r)
+        if fl is not None:
+            st = r.stacks.for_op(fl.start.id) or r.stacks.culprit(fl.t_wall)
+            return rollcall.Place(rank, fl.start.op, st)
+        if op_id is not None:  # the op the diagnosis names has ended for it (failed there)
+            ls = r.last_start
+            return rollcall.Place(rank, ls.op if ls is not None and ls.id == op_id else "", r.stacks.for_op(op_id))
+        return rollcall.Place(rank, "", r.stacks.culprit(r.last_op_end))

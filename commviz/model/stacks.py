@@ -14,12 +14,14 @@ import collections
 import re
 from dataclasses import dataclass
 
-from commviz.events import Frame, Stack
+from commviz.events import QUIET_OP, Frame, Stack
 
 # Stacks kept per rank (one per op the probe reported on), newest last.
 STACKS_PER_RANK = 8
 # Frames kept per stack: the innermost ones, where the rank is actually waiting.
 MAX_FRAMES = 200
+# Threads kept of a rank's latest quiet capture.
+QUIET_THREADS = 8
 
 # torch, commviz's rank-side code and the standard library, by path, wherever they
 # are installed (site-packages, a source checkout, a system Python).
@@ -120,17 +122,26 @@ class StackInfo:
 
 
 class StackStore:
-    """The latest stacks of one rank, keyed by op id, at most STACKS_PER_RANK."""
+    """The latest stacks of one rank, keyed by op id, at most STACKS_PER_RANK; and its
+    threads' stacks of the latest capture taken because it started no op for a while
+    (QUIET_OP), at most QUIET_THREADS."""
 
-    __slots__ = ("_by_op",)
+    __slots__ = ("_by_op", "_quiet")
 
     def __init__(self) -> None:
         self._by_op: collections.OrderedDict[int, StackInfo] = collections.OrderedDict()
+        self._quiet: list[StackInfo] = []
 
     def add(self, s: Stack, t_wall: int) -> StackInfo:
         frames = list(s.frames[-MAX_FRAMES:])
         lib_dirs = [d for d in s.lib_dirs if d]
         info = StackInfo(s.op_id, t_wall, s.thread, frames, user_frame_index(frames, lib_dirs))
+        if s.op_id == QUIET_OP:
+            if self._quiet and self._quiet[0].t_wall != t_wall:
+                self._quiet = []  # a newer capture replaces the last one whole
+            if len(self._quiet) < QUIET_THREADS:
+                self._quiet.append(info)
+            return info
         self._by_op.pop(s.op_id, None)
         self._by_op[s.op_id] = info
         while len(self._by_op) > STACKS_PER_RANK:
@@ -139,6 +150,24 @@ class StackStore:
 
     def for_op(self, op_id: int) -> StackInfo | None:
         return self._by_op.get(op_id)
+
+    def quiet(self, since_wall: int = 0) -> list[StackInfo]:
+        """The threads of the latest quiet capture taken at or after `since_wall`
+        (older ones say where the rank was before its last op), the main thread first."""
+        q = self._quiet
+        return list(q) if q and q[0].t_wall >= since_wall else []
+
+    def culprit(self, since_wall: int = 0) -> StackInfo | None:
+        """Of the latest quiet capture, the thread that best says where the rank is:
+        the first (main first) whose stack has the user's own code, else the main."""
+        q = self.quiet(since_wall)
+        if not q:
+            return None
+        for st in q:
+            f = st.user_frame
+            if f is not None and frame_rank(f.file) == USER:
+                return st
+        return q[0]
 
     def __len__(self) -> int:
         return len(self._by_op)

@@ -161,7 +161,8 @@ class Probe:
         if self.cuda_side is None:  # one per process: CUDAGraph is patched once, for it
             self.cuda_side = CudaSide(self._cuda(), self.push, self.health, self._device_seen, _backend_of)
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
-                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack)
+                             self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack,
+                             self.capture_quiet_stacks)
         self.sender.start()
         self.sampler = sampler
         if sampler is not None:
@@ -340,6 +341,21 @@ class Probe:
         except Exception as exc:
             self.health.internal("stack capture", exc)
             return None
+
+    def capture_quiet_stacks(self) -> list:
+        """Every thread's stack but commviz's own (sender thread): the rank started no
+        op for a while, so wherever it is, it may be what the others wait for."""
+        from commviz.events import QUIET_OP, Stack
+        from commviz.probe import stacks
+
+        try:
+            t = time.monotonic_ns()
+            dirs = stacks.lib_dirs()
+            return [Stack(t, QUIET_OP, name, stacks.frames_of(frame, self.wrapper_codes), dirs)
+                    for name, frame in stacks.all_threads()]
+        except Exception as exc:
+            self.health.internal("stack capture", exc)
+            return []
 
     def mark(self, text: str) -> None:
         if self.ensure_started():

@@ -486,9 +486,11 @@ class CudaPoller:
                 err = self._group_error(p)
             if not err:
                 return False
-        elif not err and p.pg is not None:
-            err = self._group_error(p)
-        t = time.monotonic_ns()
+            t = time.monotonic_ns()
+        else:
+            t = time.monotonic_ns()  # seen done now: asking the group below takes time
+            if not err and p.pg is not None:
+                err = self._group_error(p)
         device_ns = -1 if err else self._device_ns(p, key)
         self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
         return True

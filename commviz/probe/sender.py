@@ -40,12 +40,13 @@ EXIT_HANDOVER_S = 0.5  # and this long (twice: the rest, then the goodbye) for a
 # connection every 0.1–0.5 s (transport/client.py), so a watcher that comes up is
 # reached no later than before, within a second.
 RESYNC_EVERY_S = 0.1
+QUIET_MAX_EVERY_S = 60.0  # a quiet rank's stacks are sent again at least this often
 
 
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
-                 stack_after_s: float = 3.0, on_long_op=None) -> None:
+                 stack_after_s: float = 3.0, on_long_op=None, on_quiet=None) -> None:
         self.rank = rank
         self.schema = BASE_SCHEMA  # raised by the first Audit (probe/audit.py)
         self.hello = hello
@@ -82,6 +83,15 @@ class Sender:
         self.on_long_op = on_long_op  # (op_id) -> Stack | None
         self._stacked: set[int] = set()
         self._next_stack_check = 0.0
+        # A rank that starts no op for stack_after_s sends every thread's stack, again
+        # each time the quiet doubles (at most every QUIET_MAX_EVERY_S): the rank a
+        # hang waits for is often in no op at all (a data loader, a checkpoint, an
+        # `.item()`), and its line is the one that matters.
+        self.on_quiet = on_quiet  # () -> list[Stack]
+        self._ops_drained = 0
+        self._ops_seen = 0
+        self._active_at = time.monotonic()
+        self._quiet_next = 0.0
 
     def _open_trace(self, trace_dir: str) -> None:
         from commviz.trace.file import TraceWriter
@@ -113,6 +123,7 @@ class Sender:
                 if now >= self._next_stack_check:
                     self._next_stack_check = now + 0.25
                     self._capture_long_ops()
+                    self._capture_if_quiet(now)
             except Exception as exc:  # never let the thread die
                 self.health.internal("sender", exc)
                 time.sleep(self.flush_interval_s)
@@ -132,6 +143,20 @@ class Sender:
                     self.queue.append(stack)
         self._stacked &= set(self.inflight)
 
+    def _capture_if_quiet(self, now: float) -> None:
+        if self.on_quiet is None:
+            return
+        if self._ops_drained != self._ops_seen:
+            self._ops_seen = self._ops_drained
+            self._active_at = now
+            self._quiet_next = now + self.stack_after_ns / 1e9
+            return
+        if now < self._quiet_next:
+            return
+        quiet_for = now - self._active_at
+        self._quiet_next = now + min(max(quiet_for, self.stack_after_ns / 1e9), QUIET_MAX_EVERY_S)
+        self.queue.extend(self.on_quiet())
+
     def _drain(self) -> list:
         q = self.queue
         if _c_take is not None and type(q) is collections.deque:
@@ -139,7 +164,9 @@ class Sender:
         else:
             out = list(itertools.starmap(q.popleft, itertools.repeat((), len(q))))  # popleft × len, in C
         if _c_drain is not None:  # the loop below, in C (probe/_fastwrap.c)
-            self._note(_c_drain(out, self.inflight, self._tensor_fields, START, END, _LAYOUT))
+            others = _c_drain(out, self.inflight, self._tensor_fields, START, END, _LAYOUT)
+            self._ops_drained += len(out) - len(others)
+            self._note(others)
             return out
         inflight = self.inflight
         # A start queued as a list carries its tensor in the bytes field (probe/patch.py's
@@ -164,6 +191,7 @@ class Sender:
                     inflight.pop(rec[E_ID], None)
             else:
                 others.append(rec)
+        self._ops_drained += len(out) - len(others)
         self._note(others)
         return out
 

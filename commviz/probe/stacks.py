@@ -1,6 +1,7 @@
-"""Python stacks of threads stuck inside a collective, read from a background
-thread: gloo and NCCL release the GIL while they wait, so `sys._current_frames()`
-shows where the caller is. No ptrace, no signals, no extra privileges."""
+"""Python stacks of a rank's threads, read from a background thread: of those stuck
+inside a collective (gloo and NCCL release the GIL while they wait, so
+`sys._current_frames()` shows where the caller is), and of every thread when the rank
+has started no op for a while. No ptrace, no signals, no extra privileges."""
 
 from __future__ import annotations
 
@@ -59,3 +60,21 @@ def threads_inside(codes) -> list[tuple[str, object]]:
                 break
             f = f.f_back
     return found
+
+
+MAX_THREADS = 8  # threads of a quiet rank whose stacks are sent, the main thread first
+
+
+def all_threads() -> list[tuple[str, object]]:
+    """(thread name, frame) of the main thread and up to MAX_THREADS - 1 others, not
+    commviz's own threads nor the calling one."""
+    names = {t.ident: t.name for t in threading.enumerate()}
+    me, main = threading.get_ident(), threading.main_thread().ident
+    found = []
+    for ident, frame in sys._current_frames().items():
+        name = names.get(ident, str(ident))
+        if ident == me or name.startswith("commviz"):
+            continue
+        found.append((ident != main, name, frame))
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [(name, frame) for _, name, frame in found[:MAX_THREADS]]

@@ -106,3 +106,23 @@ def test_healthy_jobs_have_no_diagnosis_even_with_a_short_threshold(tmp_path):
         assert p.returncode == 0, p.stdout[-2000:]
         s = json.loads(run(commviz("summary", str(out), "--json", "--hang-after", "0.5")).stdout)
         assert s["diagnoses"] == []
+
+
+def test_a_culprit_in_no_op_has_its_stack_and_line(tmp_path):
+    """Issue 30: rank 2 stalls in a function of the job, in no op. The waiting ranks'
+    stacks were there before; now rank 2's is too, its line first, live and in the
+    trace."""
+    out = tmp_path / "t.cvz"
+    job = os.path.join(REPO, "tests", "integration", "jobs", "stalled_stage.py")
+    p = run(commviz("record", "-o", str(out), "--hang-timeout", "3", "--", *torchrun(4, job)), timeout=120)
+    assert p.returncode == 3 and "HANG:" in p.stdout
+    assert "now in load_next_shard (stalled_stage.py:13)" in p.stdout  # live, as record prints it
+    s = json.loads(run(commviz("summary", str(out), "--json", "--hang-after", "1")).stdout)
+    ds = [d for d in s["diagnoses"] if 2 in d["missing_ranks"]]
+    assert len(ds) == 2, s["diagnoses"]  # rank 3 waits in recv for it, rank 1 in send to it
+    for d in ds:
+        stacks = {st["rank"]: st for st in d["stacks"]}
+        assert 2 in stacks, d
+        assert stacks[2]["user_frame"]["function"] == "load_next_shard"
+        assert stacks[2]["user_frame"]["line"] == 13 and stacks[2]["thread"] == "MainThread"
+        assert "roll-call: rank 2 in no op, in load_next_shard at stalled_stage.py:13" in d["message"]

@@ -3,6 +3,7 @@ watcher is late, reconnecting watchers are told who we are, overflow is counted.
 CUDA completions are polled on their own thread: tests/probe/test_cuda.py."""
 
 import collections
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -429,3 +430,57 @@ def test_the_c_drain_leaves_what_the_python_drain_leaves(monkeypatch):
     assert sorted(inflight) == [1, 7] and [g.group for g in groups] == ["g1"]
     assert out[12][6:9] == [3, "int8", torch.Size([3])] and len(out) == 18
     assert topology.host == "node0" and schema == HOST_TOPOLOGY_SINCE
+
+
+@pytest.mark.parametrize("c_drain", [True, False])
+def test_a_rank_that_starts_no_op_for_a_while_sends_its_threads_stacks_then_less_often(monkeypatch, c_drain):
+    """Issue 30: the rank a hang waits for is often in no op at all. Quiet for the
+    stack threshold: its stacks go out once; again when the quiet has doubled; any
+    op re-arms it."""
+    if not c_drain:
+        monkeypatch.setattr(sender_mod, "_c_drain", None)
+    s, q = make_sender()
+    s.stack_after_ns = int(3e9)
+    taken = []
+    s.on_quiet = lambda: taken.append(1) or []
+    start(q, 1)
+    s.flush()
+    s._capture_if_quiet(100.0)  # an op was drained: active at 100 s
+    for now in (101.0, 102.9):
+        s._capture_if_quiet(now)
+    assert taken == []
+    s._capture_if_quiet(103.0)  # 3 s quiet
+    assert len(taken) == 1
+    for now in (104.0, 105.9):
+        s._capture_if_quiet(now)
+    assert len(taken) == 1
+    s._capture_if_quiet(106.1)  # 6 s quiet: again, next at 12 s
+    assert len(taken) == 2
+    s._capture_if_quiet(111.0)
+    assert len(taken) == 2
+    start(q, 2)
+    s.flush()
+    s._capture_if_quiet(111.5)  # an op: re-armed, nothing taken
+    s._capture_if_quiet(113.0)
+    assert len(taken) == 2
+    s._capture_if_quiet(114.6)
+    assert len(taken) == 3
+
+
+def test_quiet_stacks_are_every_thread_but_commvizs_main_first():
+    import threading
+
+    from commviz.probe.stacks import all_threads
+
+    stop = threading.Event()
+    workers = [threading.Thread(target=stop.wait, name=n, daemon=True) for n in ("loader", "commviz-sender-x")]
+    for w in workers:
+        w.start()
+    got = []
+    t = threading.Thread(target=lambda: got.extend(all_threads()), name="commviz-sender")
+    t.start()
+    t.join()
+    stop.set()
+    names = [n for n, _ in got]
+    assert names[0] == "MainThread" and "loader" in names
+    assert not any(n.startswith("commviz") for n in names)

@@ -1,0 +1,26 @@
+"""A 4-stage pipeline (blocking send/recv, stage r receives from r-1 and sends to
+r+1) where stage 2 stalls in plain Python before its third send: no op in flight, no
+collective, just a slow function of the job. Stage 3 waits for it in recv; stages 0
+and 1 block behind it. The line at fault is in `load_next_shard`."""
+
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def load_next_shard():
+    time.sleep(600)  # the stall: a data loader, a checkpoint write, an .item()
+
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+x = torch.ones(256)
+for step in range(5):
+    if rank > 0:
+        dist.recv(x, rank - 1)
+    if rank == 2 and step == 2:
+        load_next_shard()
+    if rank < world - 1:
+        dist.send(x, rank + 1)
+dist.destroy_process_group()
