@@ -3,7 +3,7 @@ builds its parser and dispatch from (in the order `--help` lists them)."""
 
 from __future__ import annotations
 
-from commviz.commands import demo, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
+from commviz.commands import attach, demo, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
 from commviz.commands.base import Command
 
 COMMANDS: list[Command] = [
@@ -11,6 +11,7 @@ COMMANDS: list[Command] = [
     record.COMMAND,
     replay.COMMAND,
     summary.COMMAND,
+    attach.COMMAND,
     export.COMMAND,
     demo.COMMAND,
     lesson.COMMAND,

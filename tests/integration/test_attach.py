@@ -1,0 +1,80 @@
+"""`commviz attach` on a job nobody started under commviz (issue 30, item 3): a real
+4-rank torchrun job, stalled in plain Python on rank 2, diagnosed from another
+process through py-spy — the hang, the ranks waiting, the culprit's line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import pytest
+
+from commviz.attach.discover import find_ranks
+from tests.integration.conftest import REPO, commviz, run, torchrun
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed (dev extra)")]
+
+JOB = os.path.join(REPO, "tests", "integration", "jobs", "stalled_stage.py")
+
+
+@pytest.fixture
+def stalled_job(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COMMVIZ")}
+    env["COMMVIZ"] = "0"
+    p = subprocess.Popen(torchrun(4, JOB), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    workers: list[int] = []
+    try:
+        time.sleep(8)  # the ranks reach the stall (rank 2, step 2)
+        workers = [r.pid for r in find_ranks() if _parent(r.pid) == p.pid]
+        yield workers
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)  # torchrun's agent stops its workers (their own sessions)
+        try:
+            p.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+        for pid in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def test_attach_finds_the_job_and_names_the_culprits_line(stalled_job, tmp_path):
+    assert len(stalled_job) == 4
+    p = run(commviz("attach", "--pid", str(stalled_job[0]), "--json", "--interval", "1.5", "--save",
+                    str(tmp_path / "seen")), timeout=120)
+    assert p.returncode == 3, p.stderr
+    doc = json.loads(p.stdout)
+    a = doc["attach"]
+    assert a["launcher"] == "torchrun" and a["ranks_here"] == [0, 1, 2, 3] and a["stacks"]["read"] == 4
+    hangs = [d for d in doc["diagnoses"] if d["kind"] == "hang"]
+    assert hangs and all(d["missing_ranks"] == [2] for d in hangs), doc["diagnoses"]
+    recv = next(d for d in hangs if d["op"] == "recv")
+    assert recv["waiting_ranks"] == [3]
+    assert "now in load_next_shard (stalled_stage.py:13)" in recv["message"]
+    culprit = {s["rank"]: s for s in recv["stacks"]}[2]
+    assert culprit["user_frame"]["function"] == "load_next_shard"
+    groups = {(g["op"], g["where"]): g["ranks"] for g in a["roll_call"]["groups"]}
+    assert groups[("", "stalled_stage.py:13")] == "2" and groups[("send", "stalled_stage.py:25")] == "0,1"
+    assert any("TORCH_FR_BUFFER_SIZE" in t for t in a["next_time"])
+    # what was seen, saved as a trace dir, reads as the same hang in summary (the multi-node recipe)
+    s = json.loads(run(commviz("summary", str(tmp_path / "seen"), "--json", "--hang-after", "1")).stdout)
+    assert any(d["kind"] == "hang" and d["missing_ranks"] == [2] for d in s["diagnoses"]), s["diagnoses"]
+
+
+def test_attach_with_no_job_says_what_it_looks_for():
+    p = run(commviz("attach", "--pid", str(os.getpid())))
+    assert p.returncode == 2 and "RANK and WORLD_SIZE" in p.stderr
