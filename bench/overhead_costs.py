@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import collections
 import itertools
-import os
-import statistics
 import threading
 import time
 

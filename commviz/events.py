@@ -357,17 +357,21 @@ def _c_batch_encoder():
     bytes msgspec writes; else msgspec's. msgspec encodes what it hands back (a
     frame whose head is not a list and two 64-bit ints)."""
     global FOLDS, events_in, cuts
-    try:
-        from commviz._fastpack import cuts as c_cuts, encode_batch as c_encode, events_in as c_events_in, set_fold
-    except ImportError:
+    from commviz import native
+
+    fp = native.load("commviz._fastpack")
+    if fp is None:
         return _msgspec_batch
+    c_cuts, c_encode, c_events_in, set_fold = fp.cuts, fp.encode_batch, fp.events_in, fp.set_fold
     sample = [start_record(2**40, 2**62, "all_reduce", "0", 300, 70_000, "bfloat16", (8, 1024), peer=-40,
                            is_async=True, reduce_op="SUM"), end_record(2**40, -(2**40), "x" * 40, 5),
               GroupDef("g", [0, 1], "gloo"), [START, 1, 2, "é", "", 0, 0, "", [], -1, -1, False, ""]]
     try:
         if c_encode(3, 70_000, sample, _encoder.encode) != _msgspec_batch(3, 70_000, sample):
+            native.declined("commviz._fastpack", "its frames differ from msgspec's")
             return _msgspec_batch
-    except Exception:
+    except Exception as exc:
+        native.declined("commviz._fastpack", f"it failed on a sample frame ({exc})")
         return _msgspec_batch
     FOLDS = _fold(c_encode, set_fold)
     if FOLDS:

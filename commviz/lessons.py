@@ -92,6 +92,6 @@ def find(name: str, directory: str = SCENARIO_DIR) -> Lesson:
     for lesson in known:
         if lesson.name == name:
             return lesson
-    close = difflib.get_close_matches(name, [l.name for l in known], n=3)
+    close = difflib.get_close_matches(name, [known_lesson.name for known_lesson in known], n=3)
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
     raise UnknownLesson(f"no lesson called {name!r}{hint} (`commviz lesson` lists them)")

@@ -1,4 +1,6 @@
-"""Event builders shared by the unit tests."""
+"""Event builders and waits shared by the unit tests."""
+
+import time
 
 from commviz.events import GroupDef, Hello, OpEnd, OpStart
 
@@ -19,3 +21,19 @@ def group(gid: str = "0", ranks=(0, 1)) -> GroupDef:
 
 def op(op_id: int, t0: int, t1: int, name: str = "all_reduce", gid: str = "0", seq: int = 0, nbytes: int = 4096, **kw):
     return [OpStart(op_id, t0, name, gid, seq, nbytes, "float32", [nbytes // 4], **kw), OpEnd(op_id, t1)]
+
+
+def wait_for(cond, timeout=5.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def settled(value, quiet_s=0.3) -> bool:
+    """True once `value()` has not changed for `quiet_s`."""
+    v = value()
+    time.sleep(quiet_s)
+    return value() == v

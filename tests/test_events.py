@@ -135,6 +135,7 @@ record_value = st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 -
 
 
 @settings(max_examples=300, deadline=None)
+@pytest.mark.native
 @given(st.lists(st.one_of(st.lists(record_value, max_size=20), st.lists(record_value, max_size=20).map(tuple)),
                 max_size=40),
        st.integers(0, 2**20), st.integers(1, 3))
@@ -166,6 +167,7 @@ folded_ops = st.tuples(an_int, st.lists(record_value, min_size=11, max_size=11),
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.lists(record_value, max_size=20), folded_ops), max_size=40),
        st.integers(0, 2**20), st.integers(2, 9))
+@pytest.mark.native
 def test_a_folded_op_is_written_as_its_start_and_end_and_counted_twice(records, rank, most):
     """A blocking op's end folded into its start (probe/_fastwrap.c) is, on the wire,
     the two events msgspec would write for the start and its end; it counts as two
@@ -184,6 +186,7 @@ def test_a_folded_op_is_written_as_its_start_and_end_and_counted_twice(records, 
         lo = hi
 
 
+@pytest.mark.native
 def test_a_folded_op_too_big_for_a_frame_loses_its_start_alone():
     """A start over the wire's frame limit (a huge shape) is lost and counted, as
     before folding; its end still goes."""
@@ -195,6 +198,7 @@ def test_a_folded_op_too_big_for_a_frame_loses_its_start_alone():
     assert decode_batch(got[1][0]).events[0] == OpEnd(7, 9)
 
 
+@pytest.mark.native
 def test_a_record_like_a_folded_op_but_not_one_is_written_as_it_is():
     """Only FOLDED, compared by identity, marks a folded op: a 14-item list ending in
     an int, or one whose first item is a string of its repr, is a record like any

@@ -39,7 +39,7 @@ def test_a_new_script_is_a_lesson_after_the_course(tmp_path):
     (tmp_path / "zeta.py").write_text('"""Zeta: something new,\nsaid over two lines.\n\n    torchrun zeta.py\n"""\n')
     (tmp_path / "broken.py").write_text("def (:\n")
     course = lessons.lessons(str(tmp_path))
-    assert [(l.name, l.teaches) for l in course] == [
+    assert [(c.name, c.teaches) for c in course] == [
         ("allreduce", "all_reduce: the sum."), ("broken", ""), ("zeta", "Zeta: something new, said over two lines.")]
 
 

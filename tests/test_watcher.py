@@ -4,6 +4,7 @@ writes into a trace (the stop marker); refused peers are counted in the status l
 a rank that dies on this host is dead in ~0.5 s."""
 
 import os
+import pytest
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from commviz.trace.file import load
 from commviz.transport.client import Client
 from commviz.watcher import LiveFeed
 from tests.helpers import hello
-from tests.transport.test_server import wait_for
+from tests.helpers import wait_for
 
 
 def test_every_bad_frame_is_counted_though_described_once(tmp_path):
@@ -48,6 +49,7 @@ def test_every_bad_frame_is_counted_though_described_once(tmp_path):
         feed.close()
 
 
+@pytest.mark.native
 def test_the_status_line_says_when_bad_frames_are_read_the_slow_way(tmp_path):
     d = tmp_path / "commviz-t"
     d.mkdir(mode=0o700)

@@ -3,7 +3,7 @@ builds its parser and dispatch from (in the order `--help` lists them)."""
 
 from __future__ import annotations
 
-from commviz.commands import attach, demo, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
+from commviz.commands import attach, demo, doctor, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
 from commviz.commands.base import Command
 
 COMMANDS: list[Command] = [
@@ -18,6 +18,7 @@ COMMANDS: list[Command] = [
     relay.COMMAND,
     topo.COMMAND,
     nvml_dump.COMMAND,
+    doctor.COMMAND,
 ]
 BY_NAME: dict[str, Command] = {c.name: c for c in COMMANDS}
 

@@ -23,6 +23,7 @@ from typing import NamedTuple, Sequence
 import msgspec
 import numpy as np
 
+from commviz import native
 from commviz.events import SCHEMA_VERSION, Batch, Counters, Event, Mark, OpEnd, OpStart, Sample, decode_batch
 
 # Kinds a batch may hold and still take the fast path (columns.py says why).
@@ -43,15 +44,15 @@ _decode_one = _one.decode
 def _bind_c():
     """model/_fastcols.c, handed the event types and where their fields lie; None
     where it is not built, or the types are not laid out as it reads them."""
-    try:
-        from commviz.model import _fastcols as c
-    except ImportError:
+    c = native.load("commviz.model._fastcols")
+    if c is None:
         return None
     try:
         c.bind(OpStart, OpEnd, tuple(k for k, v in _KIND.items() if v == QUIET),
                tuple(OpStart.__dict__[f] for f in ("id", "t", "seq", *_SIG)),
                tuple(OpEnd.__dict__[f] for f in ("id", "t", *_TAIL)))
-    except (TypeError, KeyError):
+    except (TypeError, KeyError) as exc:
+        native.declined("commviz.model._fastcols", f"the event layout changed ({exc})")
         return None
     return c
 

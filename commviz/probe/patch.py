@@ -27,6 +27,7 @@ import inspect
 import threading
 import time
 
+from commviz import native
 from commviz import ops as opcat
 from commviz.probe.config import ProbeConfig
 from commviz import events
@@ -35,10 +36,8 @@ from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, GroupI
 from commviz.probe import transparent
 from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
 
-try:  # the common case of the fast wrapper, in C (setup.py); without it, Python does all
-    from commviz.probe._fastwrap import FastWrapper as _CFastWrapper
-except ImportError:
-    _CFastWrapper = None
+# the common case of the fast wrapper, in C (commviz/native.py); without it, Python does all
+_CFastWrapper = getattr(native.load("commviz.probe._fastwrap"), "FastWrapper", None)
 
 _lock = threading.Lock()
 _probe = None

@@ -12,15 +12,14 @@ import os
 import threading
 import time
 
+from commviz import native
 from commviz.events import (BASE_SCHEMA, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
                              START, Counters, Goodbye, GroupDef, Hello, HostTopology, cuts, encode_batch, encode_frames)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name
 
-try:  # optional, built by the README's pip install (setup.py)
-    from commviz.probe._fastwrap import drain as _c_drain, take as _c_take
-except ImportError:
-    _c_drain = _c_take = None
+_fw = native.load("commviz.probe._fastwrap")  # optional (commviz/native.py)
+_c_drain, _c_take = (_fw.drain, _fw.take) if _fw is not None else (None, None)
 _LAYOUT = (S_ID, S_BYTES, S_DTYPE, S_SHAPE, E_ID)
 
 # The training thread queues ops as plain tuples in the layout events.py defines

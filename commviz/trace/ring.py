@@ -27,12 +27,10 @@ from pathlib import Path
 
 import msgspec
 
+from commviz import native
 from commviz.events import S_SHAPE, OpEnd, OpStart
 
-try:  # optional, built by the README's pip install (setup.py)
-    from commviz import _fastpack
-except ImportError:
-    _fastpack = None
+_fastpack = native.load("commviz._fastpack")  # optional (commviz/native.py)
 
 MAGIC = b"CVZR"
 VERSION = 2  # 2: state 3, an op that failed

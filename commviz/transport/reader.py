@@ -18,13 +18,12 @@ from typing import Callable
 
 import zmq
 
+from commviz import native
+
 Message = tuple[bytes, bytes, int, object]
 Read = Callable[[int, int], list[Message]]
 
-try:
-    from commviz.transport import _fastrecv
-except ImportError:  # built without a compiler: pyzmq does the reading
-    _fastrecv = None
+_fastrecv = native.load("commviz.transport._fastrecv")  # None: pyzmq does the reading
 
 _FUNCS = ("zmq_msg_init", "zmq_msg_recv", "zmq_msg_close", "zmq_msg_data",
           "zmq_msg_size", "zmq_msg_more", "zmq_msg_get", "zmq_errno")
@@ -55,8 +54,10 @@ def _bind() -> bool:
                 if lib is not None:
                     _fastrecv.bind_zmq(*(ctypes.cast(getattr(lib, f), ctypes.c_void_p).value for f in _FUNCS))
                     _bound = True
-            except (ImportError, OSError, AttributeError, ValueError, TypeError):
-                pass
+            except (ImportError, OSError, AttributeError, ValueError, TypeError) as exc:
+                native.declined("commviz.transport._fastrecv", f"pyzmq's libzmq could not be bound ({exc})")
+            if not _bound and _fastrecv is not None and native.STATUS.get("commviz.transport._fastrecv") == "loaded":
+                native.declined("commviz.transport._fastrecv", "pyzmq's libzmq is not the version pyzmq reports")
     return _bound
 
 

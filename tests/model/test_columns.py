@@ -229,6 +229,7 @@ def test_shedding_in_batches_counts_what_it_sheds():
     assert many.shed_ops == one.shed_ops > 0
 
 
+@pytest.mark.native
 def test_columns_read_in_c_are_the_columns_read_in_python():
     """model/_fastcols.c reads a batch's fields by slot; it must read what the Python
     reader does, and decline (leaving it to Python) what it cannot hold."""

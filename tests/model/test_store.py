@@ -46,6 +46,7 @@ def _same(frame, want: list) -> None:
                                                                      for k in cols[4].tolist()]
 
 
+@pytest.mark.native
 def test_random_frames_read_as_msgspec_reads_them():
     assert store._frame is not None  # not built: this fails, it is not skipped
     rng = random.Random(1)
@@ -93,6 +94,7 @@ def _mp_str(s: str, wide: bool) -> bytes:
     return (struct.pack(">BI", 0xDB, len(b)) if wide else struct.pack(">BB", 0xD9, len(b))) + b
 
 
+@pytest.mark.native
 def test_any_width_a_writer_picks_reads_the_same():
     """Another msgpack writer may spend more bytes on an int, a string or an array than
     msgspec does: the values are what count."""

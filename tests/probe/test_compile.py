@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.distributed._functional_collectives as funcol  # noqa: E402
 
-from tests.probe.test_patch_fake_pg import installed_probe, ops_of  # noqa: E402
+from tests.probe.probing import installed_probe, ops_of  # noqa: E402
 
 WORLD = 4
 

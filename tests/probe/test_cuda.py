@@ -19,7 +19,6 @@ from commviz import ops as opcat  # noqa: E402
 from commviz.events import Hello, OpEnd, OpStart  # noqa: E402
 from commviz.trace.file import load  # noqa: E402
 from tests.probe.fake_cuda import FakeCuda, FakeTensor, FakeWork, Props, Stream  # noqa: E402
-from tests.probe.test_patch_fake_pg import probe  # noqa: E402,F401  (the probe on the fake process group)
 
 WORLD = 4
 

@@ -8,11 +8,12 @@ import dataclasses
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.native
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
 
 from commviz import ops  # noqa: E402
-from tests.probe.test_patch_fake_pg import installed_probe, ops_of, stop_sender_thread  # noqa: E402
+from tests.probe.probing import installed_probe, ops_of, stop_sender_thread  # noqa: E402
 
 WORLD = 4
 FAST_OPS = ("all_reduce", "send", "recv", "isend", "irecv", "all_gather_into_tensor", "reduce_scatter_tensor",

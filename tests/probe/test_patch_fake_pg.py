@@ -2,9 +2,6 @@
 is one event with exact bytes, peer/root, group and sequence number, and user code
 never notices the patch."""
 
-import contextlib
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,37 +15,8 @@ ORIGINAL_ISEND = c10d.isend  # captured before patching, as user code may do
 
 from commviz.events import OpEnd, OpStart, events_in  # noqa: E402
 from commviz.trace.file import load  # noqa: E402
+from tests.probe.probing import WORLD, installed_probe, ops_of, stop_sender_thread  # noqa: E402,F401
 
-WORLD = 4
-
-
-@contextlib.contextmanager
-def installed_probe(tmp_path_factory):
-    """The process's probe, installed with a trace dir and an address nobody listens
-    on; `trace_path` is its rank 0 trace file."""
-    from commviz.probe.patch import install
-
-    d = tmp_path_factory.mktemp("trace")
-    mp = pytest.MonkeyPatch()
-    mp.setenv("COMMVIZ_ADDR", f"ipc://{d}/nobody-listens.sock")
-    try:
-        p = install(trace_dir=str(d))
-        assert p is not None
-        p.trace_path = Path(p.cfg.trace_dir) / "rank-0.cvz"  # the first install's, if another module installed
-        yield p
-    finally:
-        mp.undo()
-
-
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory):
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    with installed_probe(tmp_path_factory) as p:
-        dist.init_process_group("fake", rank=0, world_size=WORLD, store=FakeStore())
-        yield p
-        p.shutdown()
-        dist.destroy_process_group()
 
 
 @pytest.fixture(params=["ring on", "ring off"])
@@ -67,21 +35,6 @@ def ring(request, probe):
     yield request.param
     probe.shutdown()
     probe.cfg = cfg
-
-
-def ops_of(probe, fn):
-    """Run fn, flush the probe, return [(OpStart, OpEnd|None)] of what fn did."""
-    probe.shutdown()  # flush what earlier tests did and start a fresh trace file
-    fn()
-    probe.shutdown()
-    starts, ends = {}, {}
-    for b in load(probe.trace_path).batches:
-        for e in b.events:
-            if isinstance(e, OpStart):
-                starts[e.id] = e
-            elif isinstance(e, OpEnd):
-                ends[e.id] = e
-    return [(s, ends.get(i)) for i, s in sorted(starts.items())]
 
 
 def test_both_namespaces_are_patched_with_one_wrapper(probe):
@@ -368,23 +321,6 @@ def test_a_stuck_probe_thread_bounds_the_queue_and_counts_every_dropped_record(p
     # C wrapper took the call (events.py); each one kept or counted
     assert len(probe.queue) == 10 and events_in(list(probe.queue)) + probe.health.dropped - dropped == 100
     probe.shutdown()
-
-
-def stop_sender_thread(probe):
-    """A fresh probe whose sender thread is stopped: nothing drains the queue. Its
-    sampler thread is stopped too: it queues samples on its own, and the counts here
-    are of ops."""
-    probe.shutdown()
-    probe.ensure_started()
-    s = probe.sender
-    s._stop.set()
-    s._wake.set()
-    s.thread.join(5)
-    assert not s.thread.is_alive()
-    if probe.sampler is not None:
-        probe.sampler.stop()
-    probe.queue.clear()
-    return s
 
 
 def test_the_queue_holds_65536_records_and_counts_every_one_past_that(probe):

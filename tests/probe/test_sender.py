@@ -388,6 +388,7 @@ def test_frames_stay_under_the_wire_limit_and_an_event_too_big_for_any_is_counte
     assert capsys.readouterr().err.count(f"an event over {MAX_WIRE_FRAME >> 10} KiB") == 1
 
 
+@pytest.mark.native
 def test_the_c_drain_leaves_what_the_python_drain_leaves(monkeypatch):
     """The sender's loop over what it pops (probe/_fastwrap.c's drain, where built):
     the same records out, each deferred start with its tensor's fields, the same ops

@@ -33,6 +33,7 @@ def starts():
         yield op_id, start_record(op_id, 9, "all_reduce", "0", 1, 8, "float32", [2])
 
 
+@pytest.mark.native
 def test_a_built_install_writes_the_ring_in_c():
     """CI installs as the README says, which builds it: a silent fallback to the
     Python writers (a ring's op then costs microseconds more) fails here."""
@@ -63,6 +64,7 @@ def test_every_start_and_end_is_written_as_the_python_writer_writes_it():
     assert n > 30
 
 
+@pytest.mark.native
 def test_a_value_the_packer_does_not_take_goes_to_msgspec_whole():
     fast, slow = bytearray(SIZE), bytearray(SIZE)
     c_start, _, release = slot_writers(fast)
@@ -97,6 +99,7 @@ def test_a_ring_read_back_holds_what_the_c_writer_was_given(tmp_path):
     w.close(delete=True)
 
 
+@pytest.mark.native
 def test_after_release_the_writers_do_nothing_and_the_mapping_closes(tmp_path):
     w = RingWriter(str(tmp_path / "r.ring"), rank=0)
     start, end = w.start, w.end
@@ -106,6 +109,7 @@ def test_after_release_the_writers_do_nothing_and_the_mapping_closes(tmp_path):
     assert read_ring(w.path)[2] == []
 
 
+@pytest.mark.native
 def test_an_argument_whose_reading_closes_the_ring_writes_nothing():
     """Reading an op id that is not an int runs its __index__; if that closes the
     ring, the writers must not then write into a mapping that is gone."""

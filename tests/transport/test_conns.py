@@ -13,7 +13,7 @@ from commviz.transport.conns import Connections, close_fd
 from commviz.transport.server import Server
 from commviz.transport.token import Gate
 from tests.helpers import hello, op
-from tests.transport.test_server import settled, sockdir, wait_for  # noqa: F401  (fixture)
+from tests.helpers import wait_for
 from tests.transport.test_token import NoCtx
 
 

@@ -9,7 +9,7 @@ from commviz.transport.client import Client
 from commviz.transport.credit import Window, ack_frame, acked
 from commviz.transport.server import Server
 from tests.helpers import hello, op
-from tests.transport.test_server import sockdir, wait_for  # noqa: F401  (fixture)
+from tests.helpers import wait_for
 
 
 def frame(i: int) -> bytes:

@@ -7,7 +7,7 @@ from commviz.events import encode_batch
 from commviz.transport.client import Client
 from commviz.watcher import LiveFeed
 from tests.helpers import group, hello, op
-from tests.transport.test_server import wait_for
+from tests.helpers import wait_for
 
 
 def test_status_line_says_how_far_behind_and_that_detail_is_shed(tmp_path):

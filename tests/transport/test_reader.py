@@ -41,6 +41,7 @@ def _take(read, want, n=1000, max_bytes=1 << 30):
     return got
 
 
+@pytest.mark.native
 def test_the_c_reader_is_built_and_bound():
     """The rejection figures in docs/PERFORMANCE.md are the C loop's; an install
     that silently fell back to pyzmq would quietly be four times slower."""

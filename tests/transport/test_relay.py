@@ -9,7 +9,7 @@ from commviz.transport.client import Client
 from commviz.transport.relay import Relay
 from commviz.watcher import LiveFeed
 from tests.helpers import group, hello, op
-from tests.transport.test_server import wait_for
+from tests.helpers import wait_for
 
 WORLD = (0, 1, 2, 3)
 STEPS = 300

@@ -11,30 +11,7 @@ from commviz.events import encode_batch
 from commviz.transport.address import AddressError, check_private_dir, is_loopback, parse
 from commviz.transport.client import Client
 from commviz.transport.server import Server
-from tests.helpers import hello
-
-
-def wait_for(cond, timeout=5.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def settled(value, quiet_s=0.3) -> bool:
-    """True once `value()` has not changed for `quiet_s`."""
-    v = value()
-    time.sleep(quiet_s)
-    return value() == v
-
-
-@pytest.fixture
-def sockdir(tmp_path):
-    d = tmp_path / "commviz-test"
-    d.mkdir(mode=0o700)
-    return d
+from tests.helpers import hello, settled, wait_for
 
 
 def make_server(addr):

@@ -11,7 +11,7 @@ from commviz.transport import token as tokens
 from commviz.transport.client import Client
 from commviz.transport.server import Server
 from tests.helpers import hello
-from tests.transport.test_server import wait_for
+from tests.helpers import wait_for
 
 
 def test_tcp_loopback_gets_a_made_up_token_said_once_and_kept_for_the_job():

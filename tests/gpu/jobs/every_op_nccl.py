@@ -44,26 +44,44 @@ with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     torch.cuda.set_sync_debug_mode("warn")  # any synchronizing call in this block warns
     x = t()
-    dist.all_reduce(x); did("all_reduce", B)
-    dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True).wait(); did("all_reduce", B)
-    dist.broadcast(x, src=0); did("broadcast", B)
-    dist.reduce(x, dst=0); did("reduce", B)
-    dist.all_gather([t() for _ in range(n)], x); did("all_gather", n * B)
-    dist.all_gather_into_tensor(t(1024 * n), x); did("all_gather_into_tensor", n * B)
-    dist.reduce_scatter(t(), [t() for _ in range(n)]); did("reduce_scatter", n * B)
-    dist.reduce_scatter_tensor(t(), t(1024 * n)); did("reduce_scatter_tensor", n * B)
-    dist.all_to_all([t() for _ in range(n)], [t() for _ in range(n)]); did("all_to_all", n * B)
-    dist.all_to_all_single(t(1024 * n), t(1024 * n)); did("all_to_all_single", n * B)
-    dist.gather(x, [t() for _ in range(n)], dst=0); did("gather", n * B)
-    dist.scatter(x, [t() for _ in range(n)], src=0); did("scatter", n * B)
+    dist.all_reduce(x)
+    did("all_reduce", B)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX, async_op=True).wait()
+    did("all_reduce", B)
+    dist.broadcast(x, src=0)
+    did("broadcast", B)
+    dist.reduce(x, dst=0)
+    did("reduce", B)
+    dist.all_gather([t() for _ in range(n)], x)
+    did("all_gather", n * B)
+    dist.all_gather_into_tensor(t(1024 * n), x)
+    did("all_gather_into_tensor", n * B)
+    dist.reduce_scatter(t(), [t() for _ in range(n)])
+    did("reduce_scatter", n * B)
+    dist.reduce_scatter_tensor(t(), t(1024 * n))
+    did("reduce_scatter_tensor", n * B)
+    dist.all_to_all([t() for _ in range(n)], [t() for _ in range(n)])
+    did("all_to_all", n * B)
+    dist.all_to_all_single(t(1024 * n), t(1024 * n))
+    did("all_to_all_single", n * B)
+    dist.gather(x, [t() for _ in range(n)], dst=0)
+    did("gather", n * B)
+    dist.scatter(x, [t() for _ in range(n)], src=0)
+    did("scatter", n * B)
     with dist._coalescing_manager(async_ops=True) as cm:
-        dist.all_reduce(t()); dist.all_reduce(t())
-    cm.wait(); did("all_reduce", B); did("all_reduce", B)
+        dist.all_reduce(t())
+        dist.all_reduce(t())
+    cm.wait()
+    did("all_reduce", B)
+    did("all_reduce", B)
     with dist._coalescing_manager():  # blocking: ends on the device, not at host time
-        dist.all_reduce(t()); dist.all_reduce(t())
-    did("all_reduce", B); did("all_reduce", B)
+        dist.all_reduce(t())
+        dist.all_reduce(t())
+    did("all_reduce", B)
+    did("all_reduce", B)
     ops = [dist.P2POp(dist.isend, t(), 0), dist.P2POp(dist.irecv, t(), 0)]
-    did("isend", B); did("irecv", B)  # events whether or not torch refuses the batch
+    did("isend", B)  # events whether or not torch refuses the batch
+    did("irecv", B)
     try:  # NCCL allows a rank to send to itself inside a batch; torch may refuse it
         for w in dist.batch_isend_irecv(ops):
             w.wait()
@@ -74,11 +92,13 @@ with warnings.catch_warnings(record=True) as caught:
         if "synchroniz" in str(w.message).lower():
             sync_seen.append({"file": w.filename, "line": w.lineno, "message": str(w.message)[:200]})
 
-dist.barrier(); did("barrier", 0)
+dist.barrier()
+did("barrier", 0)
 payload = {"weights": list(range(100))}
 f = io.BytesIO()
 pickle.Pickler(f).dump(payload)
-dist.broadcast_object_list([payload], src=0); did("broadcast_object_list", 8 + len(f.getvalue()))
+dist.broadcast_object_list([payload], src=0)
+did("broadcast_object_list", 8 + len(f.getvalue()))
 
 # A collective captured into a CUDA graph: one event, marked captured (it runs at replays).
 graph = "not tried"
@@ -87,11 +107,13 @@ try:
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        dist.all_reduce(y); did("all_reduce", B)  # warm-up outside the capture
+        dist.all_reduce(y)  # warm-up outside the capture
+        did("all_reduce", B)
     torch.cuda.current_stream().wait_stream(side)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        dist.all_reduce(y); did("all_reduce", B)
+        dist.all_reduce(y)
+        did("all_reduce", B)
     g.replay()
     graph = "captured"
 except Exception as exc:
@@ -137,7 +159,8 @@ try:
     y = t()
     for _ in range(80):
         a = a @ a / 4096.0  # keeps the GPU busy into the capture (allocations before it begins)
-    dist.all_reduce(y); did("all_reduce", B)  # its end event completes only after the matmuls
+    dist.all_reduce(y)  # its end event completes only after the matmuls
+    did("all_reduce", B)
     th = threading.Thread(target=other_library)
     th.start()
     th.join(10)
@@ -169,7 +192,8 @@ m0.record()
 for _ in range(80):
     a = a @ a / 4096.0
 m1.record()
-dist.all_reduce(queued); did("all_reduce", 4 * QUEUED)
+dist.all_reduce(queued)
+did("all_reduce", 4 * QUEUED)
 torch.cuda.synchronize()
 queued_ms = m0.elapsed_time(m1)
 
