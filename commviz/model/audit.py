@@ -188,7 +188,3 @@ def _inside(spans: tuple[list[int], list[int]] | None, m: int) -> bool:
     starts, ends = spans
     i = bisect.bisect_right(starts, m + START_SLACK_NS) - 1
     return i >= 0 and ends[i] >= m - END_SLACK_NS
-
-
-def unseen_total(audit: dict | None) -> int:
-    return sum((audit or {}).get("unseen", {}).values())

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-from commviz import ops as opcat
 from commviz.events import Hello
 
 # c10 ScalarType names (flight recorder, profiler "dtype") and C++ type names
@@ -74,10 +73,6 @@ _GATHERED = {"all_gather", "_all_gather_base", "all_gather_into_tensor", "all_ga
 def payload_from_output(op: str) -> bool:
     """Whether the bytes rule reads the output (gathered total) rather than the input."""
     return op in _GATHERED
-
-
-def busbw_known(op: str) -> bool:
-    return opcat.spec(op) is not None
 
 
 _RANKS = re.compile(r"\[\s*(?:\d+\s*(?:,\s*\d+\s*)*)?\]")

@@ -35,10 +35,6 @@ class Inbox:
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="commviz-ingest", daemon=True)
 
-    @property
-    def queued_bytes(self) -> int:
-        return self._in - self._out
-
     def put(self, item: tuple, size: int) -> bool:
         """Queue one decoded frame; False (and nothing kept) when it would not fit."""
         queued = self._in - self._out  # the frame being ingested counts until it is done
