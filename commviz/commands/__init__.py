@@ -3,12 +3,14 @@ builds its parser and dispatch from (in the order `--help` lists them)."""
 
 from __future__ import annotations
 
-from commviz.commands import attach, demo, doctor, export, lesson, nvml_dump, record, relay, replay, summary, topo, watch
+from commviz.commands import (attach, demo, doctor, export, lesson, nvml_dump, record, relay, replay, serve, summary,
+                              topo, watch)
 from commviz.commands.base import Command
 
 COMMANDS: list[Command] = [
     watch.COMMAND,
     record.COMMAND,
+    serve.COMMAND,
     replay.COMMAND,
     summary.COMMAND,
     attach.COMMAND,

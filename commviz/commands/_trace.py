@@ -14,8 +14,8 @@ RANK_MAP_HELP = ("torch's dumps whose file names end in no rank: which rank wrot
                  "(repeatable, or comma-separated)")
 
 
-def add_path_arguments(p) -> None:
-    p.add_argument("path", metavar="FILE_OR_DIR")
+def add_path_arguments(p, optional: bool = False) -> None:
+    p.add_argument("path", metavar="FILE_OR_DIR", **({"nargs": "?"} if optional else {}))
     p.add_argument("--rank-map", action="append", metavar="FILE=RANK", help=RANK_MAP_HELP)
 
 

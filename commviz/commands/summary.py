@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 from commviz.commands._trace import add_path_arguments, open_stream
 from commviz.commands.base import JSON_HELP, Command
+from commviz.errors import CommvizError
 
 
 def add_arguments(p) -> None:
-    add_path_arguments(p)
+    add_path_arguments(p, optional=True)
+    p.add_argument("--live", metavar="URL", help="the summary of a running `commviz serve --http` now, instead of a "
+                   "trace (e.g. 127.0.0.1:9400); COMMVIZ_TOKEN for one that wants a token")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--hang-after", type=float, default=1.0, metavar="S",
                    help="ops still waiting this long at the end of the trace count as a hang (default 1)")
@@ -18,6 +22,15 @@ def add_arguments(p) -> None:
 def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.report import render_summary
+
+    if args.live:
+        from commviz.httpview import fetch_summary
+
+        s = fetch_summary(args.live, os.environ.get("COMMVIZ_TOKEN"))
+        print(json.dumps(s, indent=2) if args.json else render_summary(s, s.get("notes")))
+        return 0
+    if not args.path:
+        raise CommvizError("summary needs a trace (FILE_OR_DIR) or --live URL of a running `commviz serve --http`")
 
     # Read in bounded memory: frames stream through the model, which keeps aggregates.
     loaded = open_stream(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself

@@ -1,0 +1,94 @@
+"""`commviz serve`: the collector alone — the transport server, the model, the trace
+(`-o FILE`), relays and tokens as `watch` has them — with no screen, until stopped.
+It prints each diagnosis as it appears, and answers `--http [HOST:]PORT` with the
+summary document (`commviz summary --live`) and, where prometheus-client is
+installed, `/metrics`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from commviz.commands._live import open_feed
+from commviz.commands.base import Command
+
+CHECK_EVERY_S = 0.5
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--listen", metavar="ADDR", help="ipc:///path or tcp://host:port (default: per-user socket, "
+                   "as `watch`)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write every event to this trace file")
+    p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
+                   help="seconds in one op before a rank counts as hung (default 10)")
+    p.add_argument("--http", metavar="[HOST:]PORT",
+                   help="answer GET /summary, /diagnoses (and /metrics) here; 127.0.0.1 unless HOST is given, "
+                        "which then needs the collector's token")
+    p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
+                   help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
+
+
+def run(args, cmd: list[str]) -> int:
+    from commviz.httpview import StateServer, parse_hostport
+
+    feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=False)
+    http = None
+    try:
+        if args.http:
+            host, port = parse_hostport(args.http)
+            http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
+                               extra=_metrics_view(feed)).start()
+        print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if http else ""), flush=True)
+        if args.output:
+            print(f"  writing every event to {args.output}", flush=True)
+        stopping = []
+        signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
+        _loop(feed, stopping, args.for_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if http is not None:
+            http.close()
+        feed.close()
+    with feed.lock:
+        s = feed.model.summary()
+    print(f"commviz serve: stopped · {len(s['ranks'])} ranks · {s['events']} events"
+          + (f" · trace in {args.output}" if args.output else ""), flush=True)
+    return 0
+
+
+def _loop(feed, stopping: list, for_s: float | None) -> None:
+    """Say each new diagnosis once, and ranks as they come and go."""
+    said: set[str] = set()
+    ranks_seen = 0
+    t_end = time.monotonic() + for_s if for_s else None
+    while not stopping and (t_end is None or time.monotonic() < t_end):
+        time.sleep(CHECK_EVERY_S)
+        with feed.lock:
+            found = feed.model.findings(time.time_ns()).diagnoses
+            n = len(feed.model.ranks)
+        if n != ranks_seen:
+            print(f"  {n} rank{'s' if n != 1 else ''} connected", flush=True)
+            ranks_seen = n
+        for d in found:
+            key = f"{d.kind.value}:{d.group}:{d.seq}:{d.op}"
+            if key not in said:
+                said.add(key)
+                print(f"{time.strftime('%H:%M:%S')} {d.kind.value.upper()}: {d.message}", flush=True)
+    sys.stdout.flush()
+
+
+def _metrics_view(feed) -> dict:
+    """/metrics, where the Prometheus exposition is available (commviz/metrics.py)."""
+    try:
+        from commviz import metrics
+    except ImportError:
+        return {}
+    view = getattr(metrics, "http_view", None)
+    return view(feed) if view is not None else {}
+
+
+COMMAND = Command("serve", "the collector alone, no screen: listen, keep the model, write the trace, answer HTTP",
+                  add_arguments, run, description=__doc__)

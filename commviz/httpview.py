@@ -1,0 +1,132 @@
+"""A running collector's state over HTTP, for scripts, cron and CI: `GET /summary`
+is the `commviz summary --json` document of everything seen so far, computed now;
+`GET /diagnoses` only its diagnoses. Each request takes the model's lock for one
+summary (the dashboard's snapshot does the same), so a scrape never slows ingest
+for longer than one snapshot; requests are served one at a time, in a thread of
+their own.
+
+Bound to 127.0.0.1 unless told otherwise. On any other address a request must carry
+the collector's token (`Authorization: Bearer TOKEN` or `?token=TOKEN`), the one
+ranks and relays present (transport/token.py).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from urllib.parse import parse_qs, urlparse
+
+from commviz.errors import CommvizError
+
+DEFAULT_HOST = "127.0.0.1"
+
+
+def parse_hostport(text: str) -> tuple[str, int]:
+    """`9400` or `HOST:9400` (HOST defaults to 127.0.0.1)."""
+    host, sep, port = text.rpartition(":")
+    try:
+        return (host if sep and host else DEFAULT_HOST), int(port)
+    except ValueError:
+        raise CommvizError(f"not a port or HOST:PORT: {text!r} (e.g. 9400 or 127.0.0.1:9400)") from None
+
+
+def _loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+class StateServer:
+    """`feed`: the LiveFeed (its `lock` and `model`). `extra`: path -> (content type,
+    () -> bytes) for other views of the same model (Prometheus' /metrics)."""
+
+    def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None) -> None:
+        if not _loopback(host) and not token:
+            raise CommvizError(f"{host}:{port} is not loopback: the HTTP view needs a token there "
+                               "(listen on tcp:// so the collector makes one, or bind the HTTP view to 127.0.0.1)")
+        self.feed, self.token = feed, (token if not _loopback(host) else None)
+        self.extra = dict(extra or {})
+        self.requests = 0
+        handler = self._handler()
+        try:
+            self.httpd = HTTPServer((host, port), handler)
+        except OSError as exc:
+            raise CommvizError(f"cannot serve HTTP on {host}:{port} ({exc.strerror or exc}): pick another port "
+                               f"(--http {host}:{port + 1})") from None
+        self.host, self.port = self.httpd.server_address[:2]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, name="commviz-http", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> StateServer:
+        self.thread.start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def summary(self) -> dict:
+        with self.feed.lock:
+            return self.feed.model.summary(time.time_ns())
+
+    def _handler(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # no stderr line per request
+                pass
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                server.requests += 1
+                url = urlparse(self.path)
+                if server.token is not None:
+                    given = parse_qs(url.query).get("token", [""])[0]
+                    auth = self.headers.get("Authorization", "")
+                    if auth.startswith("Bearer "):
+                        given = auth[7:]
+                    if not hmac.compare_digest(given.encode(), server.token.encode()):
+                        return self._send(401, "text/plain", b"a token is needed: Authorization: Bearer TOKEN\n")
+                if url.path in ("/summary", "/summary.json"):
+                    return self._send(200, "application/json", json.dumps(server.summary()).encode())
+                if url.path == "/diagnoses":
+                    return self._send(200, "application/json", json.dumps(server.summary()["diagnoses"]).encode())
+                if url.path in server.extra:
+                    ctype, body = server.extra[url.path]
+                    return self._send(200, ctype, body())
+                paths = ", ".join(["/summary", "/diagnoses", *server.extra])
+                return self._send(404, "text/plain", f"no such view; there are: {paths}\n".encode())
+
+            def _send(self, code: int, ctype: str, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+
+def fetch_summary(url: str, token: str | None = None, timeout_s: float = 10.0) -> dict:
+    """The summary document of the collector at `url` (`http://HOST:PORT`, or its
+    /summary)."""
+    import urllib.error
+    import urllib.request
+
+    u = url if "://" in url else f"http://{url}"
+    if urlparse(u).path in ("", "/"):
+        u = u.rstrip("/") + "/summary"
+    req = urllib.request.Request(u, headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        raise CommvizError(f"{u}: {exc.code} {exc.reason}" + (" (set COMMVIZ_TOKEN)" if exc.code == 401 else ""))
+    except (urllib.error.URLError, OSError) as exc:
+        raise CommvizError(f"no collector answers at {u} ({getattr(exc, 'reason', exc)}): is `commviz serve "
+                           "--http …` running there?") from None
+    except ValueError as exc:
+        raise CommvizError(f"{u} did not answer a summary document ({exc})") from None

@@ -1,0 +1,62 @@
+"""`commviz serve` (issue 31): the collector with no screen, a job streaming to it,
+and the summary document of what it holds asked for while it runs
+(`summary --live`), exact; then its trace file the same."""
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from tests.integration.conftest import REPO, commviz, run, torchrun
+
+pytestmark = pytest.mark.integration
+
+ALLREDUCE = os.path.join(REPO, "scenarios", "allreduce.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
+    addr = f"ipc://{isolated_env}/sock/serve.sock"
+    port = free_port()
+    out = isolated_env / "t.cvz"
+    srv = subprocess.Popen(commviz("serve", "--listen", addr, "--http", str(port), "-o", str(out), "--for", "120"),
+                           cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/summary", timeout=1).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        job = run(torchrun(4, ALLREDUCE, "--iters", "30", "--numel", "1024"), env={"COMMVIZ_ADDR": addr})
+        assert job.returncode == 0, job.stderr[-2000:]
+        deadline = time.monotonic() + 20
+        while True:  # the last frames land within a flush or two
+            s = json.loads(run(commviz("summary", "--live", f"127.0.0.1:{port}", "--json")).stdout)
+            done = [pr for pr in s["per_rank"] if pr["ops"].get("all_reduce", {}).get("count") == 30]
+            if len(done) == 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert len(done) == 4, s["per_rank"]
+        assert all(pr["ops"]["all_reduce"]["bytes"] == 30 * 4096 for pr in s["per_rank"])
+        assert s["world_size"] == 4 and s["diagnoses"] == []
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing") as r:
+            pytest.fail(f"an unknown path answered {r.status}")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404 and b"/summary" in exc.read()
+    finally:
+        srv.terminate()
+        stdout, _ = srv.communicate(timeout=30)
+    assert "4 ranks connected" in stdout and "stopped" in stdout
+    s = json.loads(run(commviz("summary", str(out), "--json")).stdout)
+    assert [pr["ops"]["all_reduce"]["count"] for pr in s["per_rank"]] == [30] * 4
