@@ -15,24 +15,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from enum import Enum
 
+from commviz.launchers import RANK_VARS as _RANK_VARS
+from commviz.launchers import Launcher, env_int
 
-class Launcher(str, Enum):
-    TORCHRUN = "torchrun"
-    OPENMPI = "openmpi"
-    PMI = "pmi"
-    SLURM = "slurm"
-    ENV = "env"  # RANK/WORLD_SIZE set by hand or by another launcher
-
-
-# (launcher, rank variable, world size variable, local rank variable)
-_RANK_VARS = (
-    (Launcher.TORCHRUN, "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    (Launcher.OPENMPI, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    (Launcher.PMI, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    (Launcher.SLURM, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
 
 # What the job enabled, by the variable that enables it.
 FLIGHT_RECORDER = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
@@ -98,26 +84,19 @@ def read_cmdline(pid: int, proc: str = "/proc") -> tuple[str, ...]:
         return ()
 
 
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v is not None and v != "" else None
-    except ValueError:
-        return None
-
-
 def rank_of(pid: int, env: dict[str, str], cmdline: tuple[str, ...]) -> RankProc | None:
     """The rank this process is, None if it is no rank of a torch.distributed job."""
     if not cmdline or "python" not in os.path.basename(cmdline[0]).lower():
         return None
     for launcher, rv, wv, lv in _RANK_VARS:
-        rank, world = _int(env.get(rv)), _int(env.get(wv))
+        rank, world = env_int(env.get(rv)), env_int(env.get(wv))
         if rank is None or world is None or not 0 <= rank < world:
             continue
         if launcher is Launcher.TORCHRUN and not env.get("TORCHELASTIC_RUN_ID"):
             launcher = Launcher.ENV
         if launcher is Launcher.SLURM and not env.get("MASTER_ADDR"):
             continue  # an srun task that is not a torch.distributed rank (no rendezvous)
-        local = _int(env.get(lv))
+        local = env_int(env.get(lv))
         return RankProc(pid, rank, world, local if local is not None else -1, launcher, job_key(launcher, env),
                         cmdline, {k: env[k] for k in KEPT if k in env})
     return None

@@ -16,6 +16,7 @@ import threading
 import time
 
 from commviz import ops as opcat
+from commviz.launchers import local_rank
 from commviz.events import E_ERROR, E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
@@ -224,7 +225,7 @@ class Probe:
         )
         return Hello(
             rank=rank,
-            local_rank=int(env.get("LOCAL_RANK", "0") or 0),
+            local_rank=local_rank(env) or 0,
             world_size=world,
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -307,11 +308,22 @@ class Probe:
             backend = str(self.dist.get_backend(pg))
         except Exception:
             backend = ""
-        gid = str(pg.group_name)
+        gid = self._group_id(pg)
         info = GroupInfo(pg, gid, ranks, backend)
         self.groups[id(pg)] = info
         self.push(GroupDef(gid, ranks, backend, getattr(pg, "group_desc", "") or ""))
         return info
+
+    def _group_id(self, pg) -> str:
+        """torch's name for the group. A ProcessGroup written in Python (a custom
+        backend registered with `dist.Backend.register_backend`) may have none set:
+        `group_name` raises; torch's own table of names has it then."""
+        try:
+            return str(pg.group_name)
+        except RuntimeError:
+            pass
+        name = getattr(getattr(self.c10d, "_world", None), "pg_names", {}).get(pg)
+        return str(name) if name else f"pg{len(self.groups)}"
 
     def capture_stack(self, op_id: int):
         """The stack of the thread waiting inside a wrapped call (sender thread)."""

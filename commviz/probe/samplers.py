@@ -18,7 +18,6 @@ with neither, the sampler is a no-op. `sample` never raises.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -37,12 +36,11 @@ def should_sample(rank: int, local_rank: int | None) -> bool:
 
 
 def local_rank_from_env(env: dict[str, str] | None = None) -> int | None:
-    """LOCAL_RANK as torchrun sets it, None when absent or not a number."""
-    v = (os.environ if env is None else env).get("LOCAL_RANK")
-    try:
-        return int(v) if v is not None else None
-    except ValueError:
-        return None
+    """This rank's local rank as its launcher set it (torchrun, mpiexec, srun:
+    commviz/launchers.py), None when none did."""
+    from commviz.launchers import local_rank
+
+    return local_rank(env)
 
 
 class HostSampler:
