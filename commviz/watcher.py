@@ -92,6 +92,7 @@ class LiveFeed:
         self._drainer = threading.Thread(target=self._drain_now_and_then, name="commviz-drain", daemon=True)
         self._procs: dict = {}  # pid -> psutil.Process
         self.proc_stats: dict[int, tuple[float, int]] = {}  # rank -> (cpu %, rss bytes), this host only
+        self.metrics_url: str | None = None  # where `--metrics` serves Prometheus (commands/_live.py)
 
     def start(self) -> "LiveFeed":
         self.server.start()
@@ -299,6 +300,8 @@ class LiveFeed:
     def status(self) -> str:
         m, srv = self.model, self.server
         bits = [f"listening on {self.addr}", f"{len(m.ranks)} ranks", f"{m.events} events"]
+        if self.metrics_url:
+            bits.insert(1, f"metrics {self.metrics_url}")
         if m.ranks:
             bits.append(self.overload.words())  # as of the newest batch: an idle job is not lag
         if srv.bad_frames:

@@ -43,3 +43,39 @@ def open_feed(listen: str | None, private_name: str | None, record_to: str | Non
     except (AddressError, OSError) as exc:
         raise CommvizError(str(exc)) from exc
     return feed, ring_dir
+
+
+METRICS_HELP = ("serve Prometheus metrics on HOST:PORT (a bare PORT listens on 127.0.0.1 only; "
+                "0.0.0.0:PORT for every interface); needs prometheus-client: pip install 'commviz[metrics]'")
+
+
+def metrics_addr(text: str) -> tuple[str, int]:
+    """`--metrics`: HOST:PORT, [IPv6]:PORT, :PORT or PORT (these two on 127.0.0.1)."""
+    import argparse
+
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host = ""
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT or PORT (e.g. 9400, 127.0.0.1:9400, "
+                                         "0.0.0.0:9400)")
+    return host, int(port)
+
+
+def start_metrics(where: tuple[str, int] | None, feed):
+    """The Prometheus endpoint on `feed` (`--metrics`), or None when not asked for;
+    its address goes into the feed's status line. Raises CommvizError when
+    prometheus-client is missing or the address is taken."""
+    if where is None:
+        return None
+    try:
+        from commviz import metrics
+    except ImportError as exc:
+        if not (exc.name or "").startswith("prometheus_client"):
+            raise
+        raise CommvizError("--metrics needs prometheus-client: pip install 'commviz[metrics]' "
+                           "(or pip install prometheus-client)") from exc
+    server = metrics.serve(metrics.feed_collector(feed), *where)
+    feed.metrics_url = server.url
+    return server

@@ -11,7 +11,7 @@ import sys
 import time
 
 from commviz import launch
-from commviz.commands._live import open_feed
+from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_metrics
 from commviz.commands.base import Command
 from commviz.errors import CommvizError
 
@@ -28,6 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--fail-on", type=_kinds, action="extend", default=[], metavar="KIND",
                    help="also exit 3 when a diagnosis of this kind is found: straggler (repeat it or "
                    "give a comma list; hang, desync, p2p_deadlock and dead_rank always fail)")
+    p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP)
 
 
 def _kinds(text: str) -> list:
@@ -53,9 +54,15 @@ def run(args, cmd: list[str]) -> int:
                                with_rings=True)
     stack_after = max(0.5, args.hang_timeout / 2) if args.hang_timeout else None
     job = launch.Job(cmd, feed.addr, stack_after_s=stack_after, ring_dir=ring_dir)
+    endpoint = None
     try:
+        endpoint = start_metrics(args.metrics, feed)
+        if endpoint is not None:
+            print(f"commviz: Prometheus metrics on {endpoint.url}", file=sys.stderr)
         job.start()
     except BaseException:
+        if endpoint is not None:
+            endpoint.close()
         feed.close()
         shutil.rmtree(ring_dir, ignore_errors=True)
         raise
@@ -64,6 +71,8 @@ def run(args, cmd: list[str]) -> int:
     finally:
         _drain(feed)
         shutil.rmtree(ring_dir, ignore_errors=True)
+        if endpoint is not None:
+            endpoint.close()
     with feed.lock:
         s = feed.model.summary()
     if found:

@@ -7,7 +7,7 @@ import os
 
 from commviz import launch
 from commviz.commands._dashboard import run_app, topology_option
-from commviz.commands._live import open_feed
+from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_metrics
 from commviz.commands.base import TOPOLOGY_HELP, Command
 
 
@@ -17,29 +17,37 @@ def add_arguments(p) -> None:
     p.add_argument("--topology", metavar="PRESET", help=TOPOLOGY_HELP + " (default: this machine's NVML, if any)")
     p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
                    help="seconds in one op before a rank shows as hung")
+    p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP)
 
 
 def run(args, cmd: list[str]) -> int:
     return watch(cmd, listen=args.listen, record_to=args.record, topology=args.topology,
-                 hang_after_s=args.hang_after)
+                 hang_after_s=args.hang_after, metrics=args.metrics)
 
 
 def watch(cmd: list[str], listen: str | None = None, record_to: str | None = None, topology: str | None = None,
-          hang_after_s: float = 10.0, title: str = "commviz watch") -> int:
+          hang_after_s: float = 10.0, title: str = "commviz watch", metrics: tuple[str, int] | None = None) -> int:
     topo = topology_option(topology, local=True)
     private = f"watch-{os.getpid()}.sock" if cmd else None
     feed, ring_dir = open_feed(listen, private, record_to, hang_after_s, with_rings=bool(cmd))
-    job = None
-    if cmd:
-        # Ranks capture stacks of ops stuck half the hang threshold (at most 3 s).
-        job = launch.Job(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, hang_after_s / 2)), ring_dir=ring_dir,
-                         log=True)
-        try:
+    endpoint = job = None
+    try:
+        endpoint = start_metrics(metrics, feed)  # its address is on the status line
+        if cmd:
+            # Ranks capture stacks of ops stuck half the hang threshold (at most 3 s).
+            job = launch.Job(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, hang_after_s / 2)), ring_dir=ring_dir,
+                             log=True)
             job.start()
-        except BaseException:
-            feed.close()
-            raise
-    return run_app(feed, title, job, topology=topo, simulate=bool(topology))
+    except BaseException:
+        if endpoint is not None:
+            endpoint.close()
+        feed.close()
+        raise
+    try:
+        return run_app(feed, title, job, topology=topo, simulate=bool(topology))
+    finally:
+        if endpoint is not None:
+            endpoint.close()
 
 
 COMMAND = Command(

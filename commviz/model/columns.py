@@ -824,6 +824,9 @@ def _sums(model: Model, p: _Plan) -> None:
         cell = r.per_op.setdefault(op, [0, 0])
         cell[0] += c
         cell[1] += b
+        cell = r.per_group.setdefault((op, group), [0, 0])
+        cell[0] += c
+        cell[1] += b
         if sq > r.seqs.get(group, -1):
             r.seqs[group] = sq
     _seen_ids(p)

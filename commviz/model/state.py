@@ -34,7 +34,7 @@ from commviz.model import columns
 from commviz.model import desync as desync_mod
 from commviz.model.clock import offset_ns, order_events
 from commviz.model.diagnose import Findings, diagnose
-from commviz.model.diagnosis import Diagnosis, RankStatus
+from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
 from commviz.model.flows import Traffic
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
@@ -55,7 +55,10 @@ DESYNC_HISTORY = 64
 # are this many, then whenever their number doubles.
 SWEEP_FIRST = 1024
 
-__all__ = ["InFlight", "Instance", "Model", "RankState", "RankStatus"]
+# The diagnoses whose ranks wait for something that will not come (`OpenHang`).
+STUCK_KINDS = frozenset({Kind.HANG, Kind.P2P_DEADLOCK, Kind.DEAD_RANK})
+
+__all__ = ["InFlight", "Instance", "MetricsView", "Model", "OpTotals", "OpenHang", "RankCounts", "RankState", "RankStatus"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,68 @@ class PairedOp:
     t0: int
     end: OpEnd | None = None
     t1: int = 0
+
+
+@dataclass(frozen=True)
+class RankCounts:
+    """One rank as `Model.metrics_view` reads it: its dashboard status (the summary's
+    five and `missing`), the ops it ended per (op, group) as (count, bytes), exact,
+    and the events its probe dropped."""
+
+    rank: int
+    status: RankStatus
+    calls: dict[tuple[str, str], tuple[int, int]]
+    dropped: int
+
+
+@dataclass(frozen=True)
+class OpTotals:
+    """One (op, group) row of the statistics: instances folded in (a collective
+    counts once, a point-to-point op once per end), their bytes and errors, and the
+    timed ones' count and summed time (ns). Only instances every member has left:
+    these only grow, so they can be read as counters."""
+
+    op: str
+    group: str
+    count: int
+    bytes: int
+    errors: int
+    timed: int
+    time_ns: int
+
+
+@dataclass(frozen=True)
+class OpenHang:
+    """A diagnosis of ranks stuck waiting (hang, p2p deadlock, dead rank) and how long
+    they have waited (ns): the longest wait its message gives."""
+
+    kind: Kind
+    group: str
+    op: str
+    seq: int
+    age_ns: int
+    waiting: int
+    missing: int
+
+
+@dataclass(frozen=True)
+class MetricsView:
+    """What a metrics scrape reads of the model, copied at once (`Model.metrics_view`):
+    plain values and fresh containers, nothing that the model changes afterwards."""
+
+    now: int
+    job: str
+    backend: str
+    world_size: int
+    events: int
+    decode_errors: int
+    shed: bool
+    shed_ops: int
+    ranks: tuple[RankCounts, ...]
+    ops: tuple[OpTotals, ...]
+    hangs: tuple[OpenHang, ...]
+    diagnoses: dict[str, int]  # kind -> how many now (stragglers included)
+    groups: dict[str, tuple[str, int]]  # group -> (its name, its size) as announced
 
 
 class SeenIds:
@@ -120,6 +185,7 @@ class RankState:
     ops_done: int = 0
     bytes_done: int = 0
     per_op: dict[str, list[int]] = field(default_factory=dict)  # op -> [count, bytes]
+    per_group: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (op, group) -> [count, bytes]
     last_seen: int = 0  # wall ns of the newest event
     last_op: str = ""
     last_op_end: int = 0
@@ -415,6 +481,9 @@ class Model:
         c = r.per_op.setdefault(s.op, [0, 0])
         c[0] += 1
         c[1] += nbytes
+        c = r.per_group.setdefault((s.op, s.group), [0, 0])
+        c[0] += 1
+        c[1] += nbytes
         deferred = self._deferred
         if deferred is None:
             r.windows.add(s.group, s.t, e.t)
@@ -658,6 +727,58 @@ class Model:
             "events": self.events,
             "decode_errors": self.decode_errors,
         }
+
+    def metrics_view(self, now: int | None = None, found: Findings | None = None) -> MetricsView:
+        """One copy of the counts, statuses and open hangs at `now` (wall ns; default:
+        the newest event's time), for a Prometheus scrape (`commviz/metrics.py`). Call
+        it under the feed's lock: it copies counters (a few per rank and op), runs
+        `findings` once (as a dashboard snapshot does) and sorts nothing."""
+        now = self.last_t if now is None else now
+        found = self.findings(now) if found is None else found
+        ranks = tuple(
+            RankCounts(rank, self.view_status(r, now, found),
+                       {k: (c[0], c[1]) for k, c in r.per_group.items()}, r.dropped)
+            for rank, r in sorted(self.ranks.items())
+        )
+        ops = tuple(
+            OpTotals(op, group, st.count, st.bytes, st.errors, st.timed, st.time_ns)
+            for (op, group), st in sorted(self.stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))
+        )
+        kinds: dict[str, int] = {}
+        hangs = []
+        for d in found.diagnoses:
+            kinds[d.kind.value] = kinds.get(d.kind.value, 0) + 1
+            if d.kind in STUCK_KINDS:
+                hangs.append(OpenHang(d.kind, d.group, d.op, d.seq, self._waited_ns(d, now),
+                                      len(d.waiting_ranks), len(d.missing_ranks)))
+        return MetricsView(
+            now=now, job=self.job, backend=self.backend, world_size=self.world_size, events=self.events,
+            decode_errors=self.decode_errors, shed=self.shed, shed_ops=self.shed_ops, ranks=ranks, ops=ops,
+            hangs=tuple(hangs), diagnoses=kinds,
+            groups={gid: (g.name, len(g.ranks)) for gid, g in self.groups.items()},
+        )
+
+    def _waited_ns(self, d: Diagnosis, now: int) -> int:
+        """How long a diagnosis's ranks have waited: the longest wait its details list
+        (the figure its message gives), else the oldest in-flight op of a waiting rank."""
+        waits = [w.get("waited_s", 0.0) for w in d.details.get("waits", ()) if isinstance(w, dict)]
+        if waits:
+            return int(max(waits) * 1e9)
+        ages = [now - f.t_wall for rk in d.waiting_ranks if rk in self.ranks for f in self.ranks[rk].inflight.values()]
+        return max(0, max(ages)) if ages else 0
+
+    def op_percentiles_ns(self, keys: Iterable[tuple[str, str]], qs: Sequence[float] = (50, 99)
+                          ) -> dict[tuple[str, str], tuple[int, ...]]:
+        """Nearest-rank latency percentiles (ns) of the (op, group) rows asked for, as
+        the summary's p50/p99 (one sort of each row's bounded sample); rows the model
+        does not have are left out. A caller under the feed's lock asks only for the
+        rows it shows."""
+        out = {}
+        for key in keys:
+            st = self.stats.get(key)
+            if st is not None:
+                out[key] = st.percentiles_ns(qs)
+        return out
 
     def rank_rows(self, now: int, found: Findings | None = None) -> list[dict]:
         """One row per rank for live tables (`found`: the findings at `now`, if the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 
 # Exact percentiles up to this many samples per row, then uniform reservoir sampling,
 # so memory stays bounded over hours of events.
@@ -48,6 +49,15 @@ class OpStats:
         s = sorted(self._samples)
         k = max(0, min(len(s) - 1, math.ceil(q / 100.0 * len(s)) - 1))
         return s[k] / 1e3
+
+    def percentiles_ns(self, qs: Sequence[float]) -> tuple[int, ...]:
+        """Nearest-rank percentiles (0-100) in ns, one sort for all of them (0 when
+        nothing was timed): the same samples and rule as `percentile_us`."""
+        if not self._samples:
+            return tuple(0 for _ in qs)
+        s = sorted(self._samples)
+        n = len(s)
+        return tuple(s[max(0, min(n - 1, math.ceil(q / 100.0 * n) - 1))] for q in qs)
 
     def algbw_gbps(self) -> float:
         """Bytes of timed ops over their total time: a time-weighted mean of S/t."""
