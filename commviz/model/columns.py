@@ -139,7 +139,7 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
     second half where the fewest collectives are half-way (begun before it, ended
     after it); returns how many were ingested, the caller keeps the rest and hands
     them on first next time. Without it (or if there is no better point), all."""
-    if len(events) < MIN_BATCH or model.keep_ops or model._deferred is not None:
+    if len(events) < MIN_BATCH or model.keep_ops or model.deferring:
         _one_by_one(model, ranks.tolist() if isinstance(ranks, np.ndarray) else ranks, events)
         return len(events)
     with no_gc():
@@ -209,7 +209,7 @@ class no_gc:
 def ingest_chunk(model: Model, chunk: Chunk) -> None:
     """Every event of `chunk` in order; an event of a kind outside `store._KIND` is
     ingested on its own, between the batches before and after it."""
-    if model.keep_ops or model._deferred is not None:
+    if model.keep_ops or model.deferring:
         _chunk_one_by_one(model, chunk)
         return
     lo = 0
@@ -500,7 +500,7 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
 def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray,
                  reopen: int) -> int:
     """No sweep of stale instances may run inside a batch: the per-event path sweeps
-    at a start that leaves more than `model._sweep_at` instances open, and in its
+    at a start that leaves more than `model.sweep_room()` more instances open, and in its
     order every instance is open from its first start (whole ones until their last
     member leaves; any other, as far as this can tell, to the end of the batch; an
     end that leaves an op begun before the batch may re-open one: `reopen` of them).
@@ -522,7 +522,7 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     diff = np.zeros(len(c) + 2, np.int64)
     np.add.at(diff, first, 1)
     np.add.at(diff, close, -1)
-    over = np.flatnonzero(np.cumsum(diff) > model._sweep_at - len(model.pending) - reopen)
+    over = np.flatnonzero(np.cumsum(diff) > model.sweep_room() - reopen)
     return int(over[0]) if len(over) else len(c)
 
 
@@ -674,9 +674,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     # as the per-event path would
     ended = _FastEnds(c, p) if model.on_op is not None else None
     on_op, k, ne = model.on_op, 0, len(ended) if ended is not None else 0
-    d = Deferred()
-    model._deferred = d
-    try:
+    with model.deferral(Deferred()) as d:
         j, nf = 0, p.nf
         ingest, ranks = model.ingest, c.rank[slow_at].tolist()
         for pos, rank, ev in zip(slow, ranks, c.events(slow_at)):
@@ -702,8 +700,6 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
         while k < ne:
             on_op(*ended.args(k))
             k += 1
-    finally:
-        model._deferred = None
     _sums(model, p)
     _windows(model, p, d)
     if model.flows and not shed:

@@ -7,6 +7,8 @@ rank's monotonic stamps plus the offset its hello announced.
 
 from __future__ import annotations
 
+import contextlib
+
 import collections
 import gc
 from typing import Callable, Iterable, Sequence
@@ -281,6 +283,29 @@ class Model:
     def ingest_batch(self, batch: Batch) -> None:
         for ev in batch.events:
             self.ingest(batch.rank, ev)
+
+    # The batch path's interface (model/columns.py): what it may ask and set of the
+    # per-event path's state, and nothing else.
+
+    @property
+    def deferring(self) -> bool:
+        """A batch is replaying its slow events: their order-dependent effects are
+        being collected (`deferral`), not applied."""
+        return self._deferred is not None
+
+    @contextlib.contextmanager
+    def deferral(self, d):
+        """While open, ends and traffic go to `d` (a columns.Deferred), to be applied
+        after the batch in event order."""
+        self._deferred = d
+        try:
+            yield d
+        finally:
+            self._deferred = None
+
+    def sweep_room(self) -> int:
+        """Instances that may still open before the model sweeps the stale ones."""
+        return self._sweep_at - len(self.pending)
 
     def ingest_many(self, ranks: Sequence[int], events: Sequence[Event], settle: bool = False) -> int:
         """`ingest(ranks[i], events[i])` for each i in order, a batch at a time
