@@ -1,7 +1,7 @@
 """How far behind the job the watcher is, and what it gives up to catch up.
 
 Lag is the watcher's clock minus the newest event's time (each rank's stamps are on
-the wall clock through its host's offset, `model.clock`). A watcher that falls
+the wall clock through its host's offset, `model.merge`). A watcher that falls
 further behind than `shed_after_s` sheds per-event detail — flows and throughput,
 latency samples, straggler and desync checks — and keeps what a user counts on
 exactly: ops, bytes and sequence numbers per rank and per op, and the in-flight

@@ -34,8 +34,8 @@ from commviz.events import (
 from commviz.model import audit as audit_mod
 from commviz.model import columns
 from commviz.model import desync as desync_mod
-from commviz.model.clock import offset_ns, order_events
-from commviz.model.diagnose import Findings, diagnose
+from commviz.model.merge import offset_ns, order_events
+from commviz.model.findings import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
 from commviz.model.flows import Traffic
 from commviz.model.stacks import StackStore

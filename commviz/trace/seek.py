@@ -31,7 +31,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from commviz.events import Batch
-from commviz.model.clock import ChunkMerge, ChunkMergeState, StreamSource, order_events
+from commviz.model.merge import ChunkMerge, ChunkMergeState, StreamSource, order_events
 from commviz.model.store import END
 from commviz.model.timeline import DiagnosisTicks, Tick
 from commviz.trace.stream import ListFrames, first_hello_offsets, frame_counts

@@ -3,7 +3,7 @@ neither of which keeps them.
 
 The first pass reads only each frame's header (its rank) and the hellos, so it is
 cheap: it finds every frame the file can give, each rank's clock offset and how
-many frames each rank has — which is what `model.clock.order_stream` needs to hand
+many frames each rank has — which is what `model.merge.order_stream` needs to hand
 the events on in the one order of `order_events` while holding only the frames
 that run ahead of the slowest rank. The second pass decodes and feeds.
 
@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import msgspec
 
 from commviz.events import Batch, FrameError, Hello, decode_batch
-from commviz.model.clock import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events,
+from commviz.model.merge import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events,
                                  order_stream, order_stream_chunks)
 from commviz.model.store import decode_frame
 from commviz.trace import sources
@@ -223,7 +223,7 @@ class TraceStream:
             self.bytes_done += 8  # the header
 
     def events(self) -> Iterator[tuple[int, int, object]]:
-        """(trace wall ns, rank, event) in the one order (`model.clock`)."""
+        """(trace wall ns, rank, event) in the one order (`model.merge`)."""
         return order_stream(self._sources(), self.first_offset)
 
     def chunk_merge(self, state: ChunkMergeState | None = None, chunk: int = CHUNK) -> ChunkMerge:

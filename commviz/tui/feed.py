@@ -4,7 +4,7 @@ Pure of Textual so replay logic is unit-testable without a terminal. The live fe
 (transport → model) and the replay feed (trace file → model) both satisfy `Feed`; the
 app only ever calls `advance()`, takes `lock` to copy a snapshot, and asks `now_ns()`
 (from its update thread; replay controls come from the UI thread, so `ReplayFeed`
-serialises them). A replay feeds the model in the one order of `model.clock` and,
+serialises them). A replay feeds the model in the one order of `model.merge` and,
 once its last event is in, applies the model's end-of-trace rule, as `summary` does.
 """
 
@@ -17,7 +17,7 @@ import time
 from typing import Callable, Protocol, runtime_checkable
 
 from commviz.events import Batch, Event, OpEnd, OpStart
-from commviz.model.clock import order_events  # noqa: F401  (tests read it here)
+from commviz.model.merge import order_events  # noqa: F401  (tests read it here)
 from commviz.model.columns import no_gc
 from commviz.model.state import Model
 from commviz.model.timeline import Timeline, mark_timeline

@@ -8,7 +8,7 @@ import pytest
 
 from commviz.events import SCHEMA_VERSION, Batch, Counters, Mark, OpEnd, OpStart
 from commviz.model import Model
-from commviz.model.clock import ChunkMerge, order_events
+from commviz.model.merge import ChunkMerge, order_events
 from commviz.model.diagnosis import Kind
 from commviz.trace import seek
 from commviz.trace.file import load

@@ -6,7 +6,7 @@ import pathlib
 
 from commviz.events import encode_batch
 from commviz.model import Model
-from commviz.model.clock import order_events
+from commviz.model.merge import order_events
 from commviz.trace.file import load
 from commviz.trace.stream import open_trace
 from tests.helpers import group, hello, op
@@ -123,9 +123,9 @@ def test_batched_merge_hands_on_the_one_order(tmp_path, monkeypatch):
     across frames, a hello that moves the offset mid-trace, group definitions with no
     stamp before any stamped event, per-rank files out of step, a cut-off tail."""
     from commviz.events import Counters, OpEnd, OpStart
-    from commviz.model import clock
+    from commviz.model import merge
 
-    monkeypatch.setattr(clock, "CHUNK", 64)  # many flushes on a short trace
+    monkeypatch.setattr(merge, "CHUNK", 64)  # many flushes on a short trace
     frames = [(0, [group(), hello(0)]), (1, [group(), group("1", (1,))]), (1, [hello(1, mono=7_000)])]
     for i in range(120):
         back = 500 if i % 17 == 3 else 0  # rank 0's clock steps back now and then
@@ -182,7 +182,7 @@ def test_the_merge_sorts_as_lexsort_does_with_ties_and_inputs_out_of_index_order
     input, index), where an input's events come out of index order too."""
     import numpy as np
 
-    from commviz.model.clock import _merged_order
+    from commviz.model.merge import _merged_order
 
     rng = np.random.default_rng(2)
     for _ in range(500):
