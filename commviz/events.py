@@ -85,9 +85,11 @@ class OpEnd(msgspec.Struct, tag="end", array_like=True, omit_defaults=True, gc=F
     they are only known at the end (object collectives, recv from any source).
 
     CUDA ops: `t` is when the probe saw the op complete (host clock, within a poll of
-    it). `device_ns` >= 0 is the op's duration on the GPU, from CUDA events recorded
-    on the tensor's stream before and after it: queueing behind earlier kernels is
-    excluded, waiting for peers and the transfer are in it. `enqueue_ns` is the host
+    it). `device_ns` >= 0 is the op's duration on the GPU: NCCL's own timing where the
+    job keeps it (TORCH_NCCL_ENABLE_TIMING=1), else CUDA events recorded on the
+    tensor's stream before and after it, counted from the previous op's end on the
+    same communicator where that was later: queueing behind earlier kernels and ops
+    is excluded, waiting for peers and the transfer are in it (docs/NUMBERS.md). `enqueue_ns` is the host
     time the call took to return (the launch). `captured`: the op was recorded into a
     CUDA graph: nothing ran then, it runs at each replay of the graph. `first`: the
     first op this rank ran on its communicator, whose time is mostly NCCL setting the

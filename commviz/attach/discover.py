@@ -84,9 +84,16 @@ def read_cmdline(pid: int, proc: str = "/proc") -> tuple[str, ...]:
         return ()
 
 
+_AGENTS = ("torch.distributed.run", "torchrun", "torch.distributed.launch")
+
+
 def rank_of(pid: int, env: dict[str, str], cmdline: tuple[str, ...]) -> RankProc | None:
-    """The rank this process is, None if it is no rank of a torch.distributed job."""
+    """The rank this process is, None if it is no rank of a torch.distributed job
+    (torchrun's own agent carries a launcher's variables too: under srun it has
+    SLURM_PROCID and an exported MASTER_ADDR)."""
     if not cmdline or "python" not in os.path.basename(cmdline[0]).lower():
+        return None
+    if any(a in _AGENTS or os.path.basename(a) == "torchrun" for a in cmdline[1:4]):
         return None
     for launcher, rv, wv, lv in _RANK_VARS:
         rank, world = env_int(env.get(rv)), env_int(env.get(wv))
@@ -129,7 +136,28 @@ def find_ranks(proc: str = "/proc", skip: set[int] | None = None) -> list[RankPr
         r = rank_of(pid, env, read_cmdline(pid, proc))
         if r is not None:
             out.append(r)
-    return out
+    parents = {parent_of(r.pid, proc) for r in out}
+    return [r for r in out if r.pid not in parents]  # a launcher's process above the ranks is none
+
+
+def parent_of(pid: int, proc: str = "/proc") -> int:
+    try:
+        with open(f"{proc}/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return -1
+
+
+def started_at(pid: int, proc: str = "/proc") -> float | None:
+    """When the process started (epoch seconds), from its stat and the boot time."""
+    try:
+        with open(f"{proc}/{pid}/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open(f"{proc}/stat") as f:
+            btime = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
 
 
 def group_jobs(ranks: list[RankProc]) -> list[Job]:

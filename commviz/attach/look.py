@@ -166,15 +166,16 @@ def _main_first(threads: list[ThreadStack]) -> list[ThreadStack]:
 def dump_paths(job: Job) -> list[str]:
     """Flight-recorder dumps already on disk for the job's ranks (dump on timeout, or
     after a pipe request): `<TORCH_FR_DUMP_TEMP_FILE or TORCH_NCCL_DEBUG_INFO_TEMP_FILE><rank>`."""
-    from commviz.attach.discover import DUMP_FILE
+    from commviz.attach.discover import DUMP_FILE, started_at
 
     out = []
     for r in job.ranks:
         var = r.has(DUMP_FILE)
         if var:
             path = f"{r.env[var]}{r.rank}"
-            if os.path.isfile(path):
-                out.append(path)
+            t0 = started_at(r.pid)
+            if os.path.isfile(path) and (t0 is None or os.stat(path).st_mtime >= t0):
+                out.append(path)  # not a dump an earlier run left under the same name
     return out
 
 

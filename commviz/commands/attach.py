@@ -44,6 +44,9 @@ def run(args, cmd: list[str]) -> int:
             "no torch.distributed job found on this machine" + hint + ": attach looks for Python processes with "
             "RANK and WORLD_SIZE (torchrun), OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID in their environment, "
             "readable by this user (run it as the job's user, or with sudo)", 2)
+    if args.save and len(jobs) > 1:
+        raise CommvizError(f"{len(jobs)} jobs run here ({', '.join(j.key for j in jobs)}): --save writes one job's "
+                           "ranks; say which with --pid PID", 2)
     docs = [attach_job(j, args) for j in jobs]
     if args.json:
         print(json.dumps(docs[0] if len(docs) == 1 else {"jobs": docs}, indent=2))

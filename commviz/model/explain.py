@@ -304,7 +304,7 @@ class Writer:
         if len(ranks) <= MAX_STACKS:
             picked = {p.rank: p.stack for p in places if p.stack is not None}
         else:
-            picked = {g.stack_rank: g.stack for g in groups if g.stack is not None}
+            picked = {g.stack_rank: g.stack for g in groups[:MAX_STACKS] if g.stack is not None}
             for p in places:
                 if p.rank in d.culprit_ranks and p.stack is not None and len(picked) < 2 * MAX_STACKS:
                     picked[p.rank] = p.stack

@@ -237,7 +237,8 @@ class CudaSide:
     def end_sync(self, op_id: int, call: CudaCall, t0: int, nbytes: int = -1, enqueue_ns: int = -1) -> None:
         """After a blocking op, or the wait of a functional collective (whose host
         time to return, `enqueue_ns`, was taken when it returned): the current stream
-        now waits for it, so an event recorded there completes when the op has."""
+        now waits for it, so an event recorded there completes once the op has. For a
+        functional collective that also waits for compute queued before the wait."""
         if enqueue_ns < 0:
             enqueue_ns = time.monotonic_ns() - t0
         if call.captured or call.dev < 0:
@@ -377,9 +378,15 @@ class CudaPoller:
 
     @property
     def pending(self) -> list[Pending]:
-        """Every op not yet seen complete (a copy)."""
-        with self._lock:
-            return [p for q in self.queues.values() for p in q] + list(self.incoming)
+        """Every op not yet seen complete (a copy; the poller changes the queues under
+        `_lock` only when it adds to them, so this copy retries if one changed)."""
+        for _ in range(100):
+            try:
+                with self._lock:
+                    return [p for q in list(self.queues.values()) for p in list(q)] + list(self.incoming)
+            except RuntimeError:  # a queue changed size while it was copied
+                continue
+        return []
 
     def start(self) -> None:
         self.thread.start()
@@ -453,7 +460,7 @@ class CudaPoller:
             new, self.incoming = self.incoming, []
         queues = self.queues
         for p in new:
-            key = (p.dev, p.comm if p.comm is not None else id(p))
+            key = (p.dev, p.comm if p.comm is not None else ("op", p.op_id))
             q = queues.get(key)
             if q is None:
                 q = queues[key] = deque()
@@ -544,7 +551,11 @@ class CudaPoller:
             self.backends[k] = b
         if b is None:
             return ""
-        e = b.get_error()
+        try:
+            e = b.get_error()
+        except Exception:  # a backend that cannot say (a wrapper, an older torch): never ask it again
+            self.backends[k] = None
+            return ""
         name = getattr(e, "name", str(e))
         if name == "SUCCESS":
             return ""

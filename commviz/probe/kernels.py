@@ -59,7 +59,7 @@ class Pending:
 
     def __init__(self, probe) -> None:
         self.probe = probe
-        self.by_storage: dict[int, list] = {}  # data_ptr -> [op_id, storages still to wait]
+        self.by_storage: dict[int, list] = {}  # data_ptr -> [Rec, storages still to wait, host ns to return]
 
     def watch(self, rec, pairs, freed: bool = True) -> None:
         """`pairs`: (tensor whose storage the wait will name, object whose death
@@ -97,8 +97,9 @@ class Pending:
 
     def ended(self, rec, enqueue_ns: int, waited: bool) -> None:
         """The op's result is usable. After a wait on CUDA the current stream waits
-        for the collective: an event recorded there now completes when it has, and
-        times it on the device (probe/cuda.py). Otherwise: now, on the host."""
+        for the collective: an event recorded there now completes once it has (and
+        once compute queued on that stream before the wait has: the device time is an
+        upper bound of the collective's, probe/cuda.py). Otherwise: now, on the host."""
         if waited and rec.cuda:
             self.probe.cuda_side.end_sync(rec.id, rec.cuda, rec.t0, -1, enqueue_ns)
         else:

@@ -90,7 +90,7 @@ class Sender:
         self._ops_drained = 0
         self._ops_seen = 0
         self._active_at = time.monotonic()
-        self._quiet_next = 0.0
+        self._quiet_next = self._active_at + stack_after_s  # quiet from the start counts from the start
 
     def _open_trace(self, trace_dir: str) -> None:
         from commviz.trace.file import TraceWriter

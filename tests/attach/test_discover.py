@@ -45,3 +45,14 @@ def test_pmi_and_slurm_ranks_with_a_rendezvous_are_found(tmp_path):
                         "SLURM_STEP_ID": 0, "MASTER_ADDR": "n0"})
     got = {r.pid: (r.launcher, r.rank, r.world_size, r.job) for r in find_ranks(str(tmp_path), skip=set())}
     assert got == {10: (Launcher.PMI, 1, 2, "a:1"), 11: (Launcher.SLURM, 3, 4, "slurm:9.0")}
+
+
+def test_torchruns_agent_under_srun_is_no_rank(tmp_path):
+    """The agent carries SLURM_PROCID and MASTER_ADDR as srun exported them."""
+    slurm = {"SLURM_PROCID": 0, "SLURM_NTASKS": 2, "SLURM_JOB_ID": 5, "SLURM_STEP_ID": 0, "MASTER_ADDR": "n0"}
+    proc(tmp_path, 50, slurm, ("/usr/bin/python3", "/venv/bin/torchrun", "--nproc-per-node", "2", "train.py"))
+    proc(tmp_path, 51, slurm, ("/usr/bin/python3", "-m", "torch.distributed.run", "train.py"))
+    for r in range(2):
+        proc(tmp_path, 60 + r, {**slurm, **torchrun_env(r, world=2)})
+    assert [(r.pid, r.launcher) for r in find_ranks(str(tmp_path), skip=set())] == [
+        (60, Launcher.TORCHRUN), (61, Launcher.TORCHRUN)]

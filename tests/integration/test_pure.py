@@ -1,6 +1,7 @@
 """COMMVIZ_PURE=1 (issue 32): a 4-rank job recorded exactly with no compiled part
-of commviz loaded, in the ranks or in the watcher — the fallbacks every compiled
-part has, proven end to end (CI runs this in its pure-Python leg too)."""
+of commviz loaded in any rank (each checks its sys.modules), and `doctor` under the
+same environment saying all are off — the fallbacks every compiled part has, proven
+end to end (CI runs this in its pure-Python leg too)."""
 
 import json
 import os

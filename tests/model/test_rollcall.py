@@ -96,3 +96,11 @@ def test_a_newer_quiet_capture_replaces_the_last_one_whole():
     st.add(Stack(1, QUIET_OP, "Thread-1", user_stack("b.py", 2, "g")), 1)
     st.add(Stack(2, QUIET_OP, "MainThread", user_stack("c.py", 3, "h")), 2)
     assert [s.where() for s in st.quiet()] == ["c.py:3"] and st.quiet(since_wall=3) == []
+
+
+def test_a_thousand_ranks_each_somewhere_else_still_make_a_small_diagnosis():
+    odd = {r: ("data.py", 1000 + r, f"load_{r}") for r in range(24, 1024)}
+    d = hang(1024, odd)
+    assert len(d["stacks"]) <= 16 and len(d["details"]["roll_call"]["groups"]) == 32
+    assert d["details"]["roll_call"]["more_groups"] == 1001 - 32
+    assert len(json.dumps(d)) < 60_000

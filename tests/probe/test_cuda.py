@@ -680,3 +680,27 @@ def test_33_4_a_functional_collective_on_cuda_is_timed_on_the_device_and_ends_wh
     [(s, e)] = ops_of(probe, job)
     assert s.op == "funcol.all_reduce" and s.is_async
     assert e.device_ns == 6_000_000 and e.t > t_wait[0] + 10_000_000 and 0 <= e.enqueue_ns <= e.t - s.t
+
+
+def test_33_6_a_backend_whose_get_error_raises_leaves_a_running_op_running(fc):
+    """A backend that cannot say (a wrapper over gloo on CUDA, an older torch) must
+    not turn an op still running into a failed one."""
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    class Mute:
+        def get_error(self):
+            raise RuntimeError("This backend doesn't support getError")
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health(), backend_of=lambda pg, dev: Mute())
+    poller = CudaPoller(side)
+    fc.set_device(0)
+    end = fc.Event(enable_timing=True)
+    end.record(fc.default[0])  # never runs
+    poller.add(Pending(1, 0, None, end, None, -1, 0, ("g", -1), pg=object()))
+    poller.poll_once()
+    assert ends == [] and len(poller.pending) == 1
+    fc.default[0].run(1.0)
+    poller.poll_once()
+    assert [(e[1], e[3]) for e in ends] == [(1, "")]
