@@ -80,6 +80,8 @@ def test_catalogue_names_exist_in_torch_signature_terms():
             fn = getattr(c10d, name, None)
         if fn is None:
             # DDP's bucket (a comm hook) and the C++ builtins DDP's constructor calls
+            if name == "all_gather_single" and not hasattr(dist, name):
+                continue  # torch 2.13's; on older torch the catalogue entry simply never fires
             assert name in ("ddp_bucket", "ddp_rebuild_broadcast") or callable(getattr(dist, name)), name
             continue
         params = inspect.signature(fn).parameters

@@ -83,7 +83,8 @@ def _process_group(funcol, group, tag):
     """A ProcessGroup from any form funcol accepts (group, name, mesh, (mesh, dim), ranks)."""
     import torch.distributed.distributed_c10d as c10d
 
-    g = funcol._resolve_group(group, tag)
+    resolve = getattr(funcol, "_resolve_group", None)  # torch 2.13; older torch only names the group
+    g = resolve(group, tag) if resolve is not None else funcol._resolve_group_name(group, tag)
     return c10d._resolve_process_group(g) if isinstance(g, str) else g
 
 

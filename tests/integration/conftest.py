@@ -8,6 +8,20 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 JOBS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobs")
 
 
+def _ops_of_this_torch() -> tuple[str, str]:
+    """torch 2.13 added all_gather_single / reduce_scatter_single (FSDP2 calls them);
+    older torch calls all_gather_into_tensor / reduce_scatter_tensor for the same."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return "all_gather_single", "reduce_scatter_single"
+    return ("all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor",
+            "reduce_scatter_single" if hasattr(dist, "reduce_scatter_single") else "reduce_scatter_tensor")
+
+
+AG_SINGLE, RS_SINGLE = _ops_of_this_torch()
+
+
 def torchrun(nproc: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
 

@@ -10,7 +10,7 @@ import pytest
 
 from commviz.events import GroupDef, OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, run, torchrun
+from tests.integration.conftest import AG_SINGLE, RS_SINGLE, JOBS, run, torchrun
 
 pytestmark = pytest.mark.integration
 WORLD = 4
@@ -125,18 +125,18 @@ def test_rooted_family(trace):
 
 def test_gather_scatter_everything_family(trace):
     ops = (
-        "all_gather", "all_gather_into_tensor", "all_gather_single", "reduce_scatter", "reduce_scatter_tensor",
-        "reduce_scatter_single", "all_to_all", "all_to_all_single", "all_gather_object",
+        "all_gather", "all_gather_into_tensor", AG_SINGLE, "reduce_scatter", "reduce_scatter_tensor",
+        RS_SINGLE, "all_to_all", "all_to_all_single", "all_gather_object",
     )
     ago = WORLD * 8 + WORLD * pickled({"r": 0})
     for r in range(WORLD):
         assert rows(trace, r, ops) == [
             ("all_gather", "0", 7, 1024, -1, -1, False),
             ("all_gather_into_tensor", "0", 8, 1024, -1, -1, False),  # one event, not two
-            ("all_gather_single", "0", 9, 1024, -1, -1, False),
+            (AG_SINGLE, "0", 9, 1024, -1, -1, False),
             ("reduce_scatter", "0", 10, 1024, -1, -1, False),
             ("reduce_scatter_tensor", "0", 11, 1024, -1, -1, False),
-            ("reduce_scatter_single", "0", 12, 1024, -1, -1, False),
+            (RS_SINGLE, "0", 12, 1024, -1, -1, False),
             ("all_to_all", "0", 13, 256, -1, -1, False),
             ("all_to_all_single", "0", 14, 40, -1, -1, False),  # uneven splits: this rank's input
             ("all_gather_object", "0", 15, ago, -1, -1, False),
@@ -183,7 +183,7 @@ def test_async_forms_and_all_gather_coalesced(trace):
             ("gather", 31, WORLD * 32, 2, True),
             ("scatter", 32, WORLD * 32, 3, True),
             ("all_gather", 33, WORLD * 32, -1, True),
-            ("all_gather_single", 34, WORLD * 32, -1, True),
+            (AG_SINGLE, 34, WORLD * 32, -1, True),
             ("reduce_scatter", 35, WORLD * 32, -1, True),
             ("reduce_scatter_tensor", 36, WORLD * 32, -1, True),
             ("all_to_all", 37, WORLD * 16, -1, True),

@@ -20,7 +20,7 @@ import pytest
 
 from commviz.events import Mark, OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import REPO, commviz, run, torchrun
+from tests.integration.conftest import AG_SINGLE, RS_SINGLE, REPO, commviz, run, torchrun
 from tests.trace.nesting import nesting_errors, to_chrome_trace
 
 pytestmark = pytest.mark.integration
@@ -176,7 +176,7 @@ def test_reduce_sum_min_max_to_a_moving_root(tmp_path, isolated_env):
 def test_all_gather_gathered_total_rounded_to_the_ranks(tmp_path, isolated_env):
     n, iters = 3, 3
     j = job(tmp_path, n, "all_gather", "--iters", str(iters), "--numel", "100")  # 100 -> 102: 34 per rank
-    same_on_every_rank(j, {"all_gather_single": (iters, iters * 102 * F32)})
+    same_on_every_rank(j, {AG_SINGLE: (iters, iters * 102 * F32)})
     assert all(s.shape == [102] for r in range(n) for s in j.ops[r])
     assert "numel rounded up to 102" in j.stdout and "busbw" in j.stdout
 
@@ -184,7 +184,7 @@ def test_all_gather_gathered_total_rounded_to_the_ranks(tmp_path, isolated_env):
 def test_reduce_scatter_total_input_and_busbw(tmp_path, isolated_env):
     n, iters, numel = 4, 3, 256
     j = job(tmp_path, n, "reduce_scatter", "--iters", str(iters), "--numel", str(numel))
-    same_on_every_rank(j, {"reduce_scatter_single": (iters, iters * numel * F32)})
+    same_on_every_rank(j, {RS_SINGLE: (iters, iters * numel * F32)})
     [row] = j.summary["ops"]
     assert row["busbw_gbps"] == pytest.approx(row["algbw_gbps"] * (n - 1) / n, rel=1e-3)
     assert re.search(r"busbw [0-9.e+-]+ GB/s \(factor \(n-1\)/n = 0\.75\)", j.stdout), j.stdout
@@ -256,14 +256,14 @@ def test_fsdp2_gathers_in_forward_and_backward_scatters_in_backward(tmp_path, is
     n, iters, width, layers = 2, 2, 64, 2
     j = job(tmp_path, n, "fsdp_train", "--iters", str(iters), "--numel", str(width), "--layers", str(layers))
     w = width * width * F32  # one layer's full weights
-    same_on_every_rank(j, {"all_gather_single": (2 * layers * iters, 2 * layers * iters * w),
-                           "reduce_scatter_single": (layers * iters, layers * iters * w)})
+    same_on_every_rank(j, {AG_SINGLE: (2 * layers * iters, 2 * layers * iters * w),
+                           RS_SINGLE: (layers * iters, layers * iters * w)})
     for r in range(n):
         for i in range(iters):
             fwd = j.between(r, f"step {i}: forward", f"step {i}: backward")
             bwd = j.between(r, f"step {i}: backward", f"step {i + 1}: forward" if i + 1 < iters else None)
-            assert [s.op for s in fwd] == ["all_gather_single"] * layers
-            assert Counter(s.op for s in bwd) == {"all_gather_single": layers, "reduce_scatter_single": layers}
+            assert [s.op for s in fwd] == [AG_SINGLE] * layers
+            assert Counter(s.op for s in bwd) == {AG_SINGLE: layers, RS_SINGLE: layers}
 
 
 def test_mixed_precision_bf16_moves_half_the_bytes(tmp_path, isolated_env):

@@ -7,7 +7,7 @@ import pytest
 
 from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, commviz, run, torchrun
+from tests.integration.conftest import AG_SINGLE, RS_SINGLE, JOBS, commviz, run, torchrun
 
 pytestmark = pytest.mark.integration
 
@@ -85,12 +85,12 @@ def test_fsdp2_one_step(tmp_path):
         got = [(s.op, s.seq, s.bytes) for s, e in pairs(events[r])]
         # forward gathers layer 1 then 2; backward re-gathers 2 then 1 and reduce-scatters 2 then 1
         assert got == [
-            ("all_gather_single", 0, l1),
-            ("all_gather_single", 1, l2),
-            ("all_gather_single", 2, l2),
-            ("all_gather_single", 3, l1),
-            ("reduce_scatter_single", 4, l2),
-            ("reduce_scatter_single", 5, l1),
+            (AG_SINGLE, 0, l1),
+            (AG_SINGLE, 1, l2),
+            (AG_SINGLE, 2, l2),
+            (AG_SINGLE, 3, l1),
+            (RS_SINGLE, 4, l2),
+            (RS_SINGLE, 5, l1),
         ]
         assert all(e is not None and e.error == "" for _, e in pairs(events[r]))
 
@@ -109,7 +109,7 @@ def test_fsdp1_one_step(tmp_path):
             ("all_gather", 1, l2),
             ("all_gather", 2, l2),
             ("all_gather", 3, l1),
-            ("reduce_scatter_single", 4, l2),
-            ("reduce_scatter_single", 5, l1),
+            (RS_SINGLE, 4, l2),
+            (RS_SINGLE, 5, l1),
         ]
         assert all(e is not None and e.error == "" for _, e in pairs(events[r]))

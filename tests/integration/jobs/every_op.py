@@ -9,6 +9,16 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
+
+
+def all_gather_single(*a, **k):  # torch 2.13's name; older torch has only the form it replaces
+    return getattr(dist, "all_gather_single", dist.all_gather_into_tensor)(*a, **k)
+
+
+def reduce_scatter_single(*a, **k):
+    return getattr(dist, "reduce_scatter_single", dist.reduce_scatter_tensor)(*a, **k)
+
+
 captured_isend = dist.isend  # bound before anything else; may be torch's original
 
 dist.init_process_group("gloo")
@@ -58,10 +68,10 @@ assert out_obj[0] == {"i": rank}
 x = f32(64, rank)
 dist.all_gather([f32(64) for _ in range(world)], x)
 dist.all_gather_into_tensor(f32(64 * world), x)
-dist.all_gather_single(f32(64 * world), x)
+all_gather_single(f32(64 * world), x)
 dist.reduce_scatter(f32(64), [f32(64) for _ in range(world)])
 dist.reduce_scatter_tensor(f32(64), f32(256))
-dist.reduce_scatter_single(f32(64), f32(256))
+reduce_scatter_single(f32(64), f32(256))
 dist.all_to_all([f32(16) for _ in range(world)], [f32(16) for _ in range(world)])
 send_splits = [j + 1 for j in range(world)]  # uneven: rank r sends j+1 floats to rank j
 recv_splits = [rank + 1] * world
@@ -110,7 +120,7 @@ works = [
     dist.gather(f32(8), [f32(8) for _ in range(world)] if rank == 2 else None, dst=2, async_op=True),
     dist.scatter(f32(8), [f32(8, i) for i in range(world)] if rank == 3 else None, src=3, async_op=True),
     dist.all_gather([f32(8) for _ in range(world)], f32(8), async_op=True),
-    dist.all_gather_single(f32(8 * world), f32(8), async_op=True),
+    all_gather_single(f32(8 * world), f32(8), async_op=True),
     dist.reduce_scatter(f32(8), [f32(8) for _ in range(world)], async_op=True),
     dist.reduce_scatter_tensor(f32(8), f32(8 * world), async_op=True),
     dist.all_to_all([f32(4) for _ in range(world)], [f32(4) for _ in range(world)], async_op=True),
