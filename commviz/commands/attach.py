@@ -27,6 +27,8 @@ def add_arguments(p) -> None:
                         "shared DIR, then `commviz summary DIR` diagnoses the whole job")
     p.add_argument("--ras", metavar="HOST:PORT", default=None,
                    help="NCCL's RAS service to ask (default: NCCL_RAS_ADDR of the job, else localhost:28028)")
+    p.add_argument("--watch", action="store_true",
+                   help="the dashboard on what attach sees, looked at again after each round (Ctrl-C or q quits)")
     p.add_argument("--no-dump", action="store_true",
                    help="do not ask ranks' debug pipes for flight-recorder dumps (TORCH_NCCL_DEBUG_INFO_PIPE_FILE)")
 
@@ -47,6 +49,16 @@ def run(args, cmd: list[str]) -> int:
     if args.save and len(jobs) > 1:
         raise CommvizError(f"{len(jobs)} jobs run here ({', '.join(j.key for j in jobs)}): --save writes one job's "
                            "ranks; say which with --pid PID", 2)
+    if args.watch:
+        if len(jobs) > 1:
+            raise CommvizError(f"{len(jobs)} jobs run here ({', '.join(j.key for j in jobs)}): --watch shows one; "
+                               "say which with --pid PID", 2)
+        from commviz.attach.feed import AttachFeed
+        from commviz.commands._dashboard import run_app
+
+        feed = AttachFeed(lambda: observe(jobs[0], args)[:2], pause_s=args.interval)
+        feed.look_once()  # the first round before the screen: the dashboard opens on the job
+        return run_app(feed.start(), f"commviz attach · {jobs[0].key}")
     docs = [attach_job(j, args) for j in jobs]
     if args.json:
         print(json.dumps(docs[0] if len(docs) == 1 else {"jobs": docs}, indent=2))
@@ -61,9 +73,21 @@ def run(args, cmd: list[str]) -> int:
 
 
 def attach_job(job, args) -> dict:
+    """One round of attach on `job`: the summary document with its `attach` key."""
+    model, tiers, notes, now_wall = observe(job, args)
+    doc = model.summary(now_wall)
+    if notes:
+        doc["notes"] = notes
+    doc["attach"] = tiers
+    return doc
+
+
+def observe(job, args):
+    """Two looks at every rank, the dumps and RAS where there are any: (the model
+    of what was seen, what was read and how, notes, the time it stands for)."""
     from commviz.attach import discover, look, pyspy, ras
     from commviz.model import Model
-    from commviz.model.rollcall import Place, groups_json, roll_call
+    from commviz.model.rollcall import groups_json, place, roll_call
     from commviz.model.thresholds import Thresholds
 
     exe = pyspy.find_pyspy()
@@ -114,24 +138,12 @@ def attach_job(job, args) -> dict:
     else:
         tiers["ras"] = {"error": "no NCCL in this job's processes"}
 
-    doc = model.summary(observed.now_wall)
-    places = []
-    for rank, lk in sorted(second.items()):
-        r = model.ranks.get(rank)
-        if r is None:
-            continue
-        op = lk.in_op()
-        fl = model.current_op(r)
-        st = (r.stacks.for_op(fl.start.id) if fl is not None else None) or r.stacks.culprit()
-        places.append(Place(rank, fl.start.op if fl is not None else (op.op if op else ""), st))
-    tiers["roll_call"] = groups_json(roll_call(places))
+    tiers["roll_call"] = groups_json(roll_call([place(model, rank) for rank in sorted(second)
+                                                if rank in model.ranks]))
     tiers["next_time"] = _next_time(job, tiers, nccl)
     if args.save:
         tiers["saved"] = _save(args.save, look.to_batches(job, first, second).batches)
-    if notes:
-        doc["notes"] = notes
-    doc["attach"] = tiers
-    return doc
+    return model, tiers, notes, observed.now_wall
 
 
 def _looks(job, exe) -> dict:

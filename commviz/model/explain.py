@@ -320,18 +320,4 @@ class Writer:
                 d.details[key + "_more"] = len(items) - MAX_DETAIL_RANKS
 
     def place(self, rank: int, op_id: int | None) -> rollcall.Place:
-        """Where `rank` is: the op the diagnosis names for it, else the op it is in,
-        else none; with the stack that says where in its code."""
-        r = self.model.ranks.get(rank)
-        if r is None:
-            return rollcall.Place(rank, "(no events)", None)
-        fl = r.inflight.get(op_id) if op_id is not None else None
-        if fl is None:
-            fl = self.model.current_op(r)
-        if fl is not None:
-            st = r.stacks.for_op(fl.start.id) or r.stacks.culprit(fl.t_wall)
-            return rollcall.Place(rank, fl.start.op, st)
-        if op_id is not None:  # the op the diagnosis names has ended for it (failed there)
-            ls = r.last_start
-            return rollcall.Place(rank, ls.op if ls is not None and ls.id == op_id else "", r.stacks.for_op(op_id))
-        return rollcall.Place(rank, "", r.stacks.culprit(r.last_op_end))
+        return rollcall.place(self.model, rank, op_id)

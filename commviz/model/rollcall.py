@@ -87,3 +87,21 @@ def summary_line(groups: list[Group]) -> str:
 def groups_json(groups: list[Group]) -> dict:
     shown = groups[:MAX_GROUPS_JSON]
     return {"groups": [g.to_json() for g in shown], "more_groups": len(groups) - len(shown)}
+
+
+def place(model, rank: int, op_id: int | None = None) -> Place:
+    """Where `rank` is in `model`: the op `op_id` (the one a diagnosis names for it)
+    if it is still in it, else the op it is in, else none; with the stack that says
+    where in its code (the op's own, else a quiet capture taken since it began)."""
+    r = model.ranks.get(rank)
+    if r is None:
+        return Place(rank, "(no events)", None)
+    fl = r.inflight.get(op_id) if op_id is not None else None
+    if fl is None:
+        fl = model.current_op(r)
+    if fl is not None:
+        return Place(rank, fl.start.op, r.stacks.for_op(fl.start.id) or r.stacks.culprit(fl.t_wall))
+    if op_id is not None:  # the op the diagnosis names has ended for it (failed there)
+        ls = r.last_start
+        return Place(rank, ls.op if ls is not None and ls.id == op_id else "", r.stacks.for_op(op_id))
+    return Place(rank, "", r.stacks.culprit(r.last_op_end))
