@@ -28,8 +28,13 @@ def stalled_job(tmp_path):
                          stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
     try:
-        time.sleep(8)  # the ranks reach the stall (rank 2, step 2)
-        workers = [r.pid for r in find_ranks() if _parent(r.pid) == p.pid]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the four ranks are up (they reach the stall within a second)
+            workers = [r.pid for r in find_ranks() if _parent(r.pid) == p.pid]
+            if len(workers) == 4:
+                break
+            time.sleep(0.5)
+        time.sleep(4)  # init, and steps 0-1
         yield workers
     finally:
         os.killpg(p.pid, signal.SIGTERM)  # torchrun's agent stops its workers (their own sessions)

@@ -10,7 +10,12 @@ import pytest
 
 from tests.integration.conftest import JOBS, commviz, run, torchrun
 
-pytestmark = pytest.mark.integration
+from commviz import native
+
+# CI's pure leg runs it (COMMVIZ_PURE=1 python -m pytest tests/integration/test_pure.py, .ci/run):
+# once is enough, and its subprocesses get COMMVIZ_PURE=1 either way
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(not native.pure(), reason="run with COMMVIZ_PURE=1 (CI's pure-Python leg)")]
 
 
 def test_a_pure_python_record_is_exact(isolated_env):
