@@ -32,7 +32,7 @@ from commviz.events import (
     Stopped,
 )
 from commviz.model import audit as audit_mod
-from commviz.model import columns
+from commviz.model import columns, document
 from commviz.model import desync as desync_mod
 from commviz.model.merge import offset_ns, order_events
 from commviz.model.findings import Findings, diagnose
@@ -679,34 +679,21 @@ class Model:
             return None
         return min(r.inflight.values(), key=lambda f: f.t_wall)
 
-    def op_rows(self) -> list[dict]:
-        """The summary's op table, including instances not every rank has finished
-        (a partial trace still reports what it saw)."""
+    def stats_now(self) -> dict:
+        """The op statistics by (op, group), with the instances some rank has finished
+        but not all folded in too (a copy then: a partial trace still reports what it
+        saw, and the model's own statistics are left as they are)."""
         stats = dict(self.stats)
         if any(inst.ended for inst in self.pending.values()):
-            stats = {k: _copy_stats(v) for k, v in stats.items()}
+            stats = {k: v.copy() for k, v in stats.items()}
             for inst in self.pending.values():
                 if inst.ended:  # an op counts once some rank has finished it
                     self._finish(inst, into=stats)
-        rows = []
-        for (op, group), st in sorted(stats.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-            n = self.group_size(group) or self.world_size
-            algbw = st.algbw_gbps()
-            row = {
-                "op": op,
-                "group": group,
-                "count": st.count,
-                "bytes": st.bytes,
-                "p50_us": round(st.percentile_us(50), 3),
-                "p99_us": round(st.percentile_us(99), 3),
-                # significant digits, not decimals: CPU jobs move MB/s, GPUs hundreds of GB/s
-                "algbw_gbps": _sig(algbw),
-                "busbw_gbps": _sig(algbw * opcat.busbw_factor(op, n)),
-            }
-            if st.errors:
-                row["errors"] = st.errors
-            rows.append(row)
-        return rows
+        return stats
+
+    def op_rows(self) -> list[dict]:
+        """The summary's op table (model/document.py)."""
+        return document.op_rows(self)
 
     def findings(self, now: int | None = None) -> Findings:
         """The diagnoses at `now` (wall ns; default: the newest event's time) and the
@@ -718,40 +705,8 @@ class Model:
         return self.findings(now).to_json()
 
     def summary(self, now: int | None = None) -> dict:
-        """The `commviz summary --json` document (keys are a contract: docs/ARCHITECTURE.md)."""
-        now = self.last_t if now is None else now
-        found = self.findings(now)
-        ranks = []
-        for rank in sorted(self.ranks):
-            r = self.ranks[rank]
-            h = r.hello
-            ranks.append(
-                {
-                    "rank": rank,
-                    "host": h.host if h else "",
-                    "pid": h.pid if h else 0,
-                    "device": h.device if h else "",
-                    "status": self.rank_status(r, now, found.hung).value,
-                    "dropped": r.dropped,
-                }
-            )
-        per_rank = []
-        for rank in sorted(self.ranks):
-            r = self.ranks[rank]
-            row = {"rank": rank, "ops": {op: {"count": c, "bytes": b} for op, (c, b) in sorted(r.per_op.items())}}
-            if r.audit is not None:
-                row["audit"] = r.audit
-            per_rank.append(row)
-        return {
-            "world_size": self.world_size,
-            "backend": self.backend,
-            "ranks": ranks,
-            "ops": self.op_rows(),
-            "per_rank": per_rank,
-            "diagnoses": found.to_json(),
-            "events": self.events,
-            "decode_errors": self.decode_errors,
-        }
+        """The `commviz summary --json` document (model/document.py)."""
+        return document.summary(self, now)
 
     def metrics_view(self, now: int | None = None, found: Findings | None = None) -> MetricsView:
         """One copy of the counts, statuses and open hangs at `now` (wall ns; default:
@@ -806,35 +761,8 @@ class Model:
         return out
 
     def rank_rows(self, now: int, found: Findings | None = None) -> list[dict]:
-        """One row per rank for live tables (`found`: the findings at `now`, if the
-        caller has them already)."""
-        found = self.findings(now) if found is None else found
-        rows = []
-        for rank in sorted(self.ranks):
-            r = self.ranks[rank]
-            h = r.hello
-            cur = self.current_op(r)
-            st = r.stacks.for_op(cur.start.id) if cur else None
-            rows.append(
-                {
-                    "rank": rank,
-                    "host": h.host if h else "?",
-                    "pid": h.pid if h else 0,
-                    "device": h.device if h else "?",
-                    "status": self.view_status(r, now, found),
-                    "op": f"{cur.start.op}#{cur.start.seq}" if cur else "",
-                    "op_group": cur.start.group if cur else "",
-                    "in_op_s": (now - cur.t_wall) / 1e9 if cur else 0.0,
-                    "ops_done": r.ops_done,
-                    "bytes": r.bytes_done,
-                    "last_seen_s": (now - r.last_seen) / 1e9 if r.last_seen else None,
-                    "dropped": r.dropped,
-                    "last_op": r.last_op,
-                    "where": st.where() if st is not None else "",
-                    "unseen": dict(r.audit.get("unseen", {})) if r.audit else {},
-                }
-            )
-        return rows
+        """One row per rank for live tables (model/document.py)."""
+        return document.rank_rows(self, now, found)
 
 
 def device_time_ns(e: OpEnd) -> int | None:
@@ -867,13 +795,3 @@ def _is_p2p(op: str) -> bool:
     return got
 
 
-def _copy_stats(st: OpStats) -> OpStats:
-    c = OpStats()
-    c.count, c.bytes, c.errors = st.count, st.bytes, st.errors
-    c.time_ns, c.timed, c.timed_bytes = st.time_ns, st.timed, st.timed_bytes
-    c._samples = list(st._samples)
-    return c
-
-
-def _sig(x: float, digits: int = 6) -> float:
-    return float(f"{x:.{digits}g}")

@@ -24,6 +24,14 @@ class OpStats:
         self._samples: list[int] = []
         self._rng = random.Random(0)
 
+    def copy(self) -> OpStats:
+        """An independent copy (its own samples), to fold more instances into."""
+        c = OpStats()
+        c.count, c.bytes, c.errors = self.count, self.bytes, self.errors
+        c.time_ns, c.timed, c.timed_bytes = self.time_ns, self.timed, self.timed_bytes
+        c._samples = list(self._samples)
+        return c
+
     def add(self, nbytes: int, duration_ns: int | None, error: bool = False) -> None:
         self.count += 1
         self.bytes += nbytes

@@ -1,0 +1,112 @@
+"""The documents and rows the views read, built from a `Model`: the `commviz summary
+--json` document (its keys are a contract: docs/ARCHITECTURE.md), its op table, and
+the rank rows of the live tables. Kept apart from the model so the model holds
+state and answers questions, and what a view shows of it is built here, through the
+model's public interface only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from commviz import ops as opcat
+
+if TYPE_CHECKING:
+    from commviz.model.findings import Findings
+    from commviz.model.state import Model
+
+
+def _sig(x: float, digits: int = 6) -> float:
+    """Significant digits, not decimals: CPU jobs move MB/s, GPUs hundreds of GB/s."""
+    return float(f"{x:.{digits}g}")
+
+
+def op_rows(model: Model) -> list[dict]:
+    """The summary's op table, including instances not every rank has finished."""
+    rows = []
+    for (op, group), st in sorted(model.stats_now().items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        n = model.group_size(group) or model.world_size
+        algbw = st.algbw_gbps()
+        row = {
+            "op": op,
+            "group": group,
+            "count": st.count,
+            "bytes": st.bytes,
+            "p50_us": round(st.percentile_us(50), 3),
+            "p99_us": round(st.percentile_us(99), 3),
+            "algbw_gbps": _sig(algbw),
+            "busbw_gbps": _sig(algbw * opcat.busbw_factor(op, n)),
+        }
+        if st.errors:
+            row["errors"] = st.errors
+        rows.append(row)
+    return rows
+
+
+def summary(model: Model, now: int | None = None) -> dict:
+    """The `commviz summary --json` document at `now` (wall ns; default: the newest
+    event's time)."""
+    now = model.last_t if now is None else now
+    found = model.findings(now)
+    ranks = []
+    for rank in sorted(model.ranks):
+        r = model.ranks[rank]
+        h = r.hello
+        ranks.append(
+            {
+                "rank": rank,
+                "host": h.host if h else "",
+                "pid": h.pid if h else 0,
+                "device": h.device if h else "",
+                "status": model.rank_status(r, now, found.hung).value,
+                "dropped": r.dropped,
+            }
+        )
+    per_rank = []
+    for rank in sorted(model.ranks):
+        r = model.ranks[rank]
+        row = {"rank": rank, "ops": {op: {"count": c, "bytes": b} for op, (c, b) in sorted(r.per_op.items())}}
+        if r.audit is not None:
+            row["audit"] = r.audit
+        per_rank.append(row)
+    return {
+        "world_size": model.world_size,
+        "backend": model.backend,
+        "ranks": ranks,
+        "ops": op_rows(model),
+        "per_rank": per_rank,
+        "diagnoses": found.to_json(),
+        "events": model.events,
+        "decode_errors": model.decode_errors,
+    }
+
+
+def rank_rows(model: Model, now: int, found: Findings | None = None) -> list[dict]:
+    """One row per rank for live tables (`found`: the findings at `now`, if the caller
+    has them already)."""
+    found = model.findings(now) if found is None else found
+    rows = []
+    for rank in sorted(model.ranks):
+        r = model.ranks[rank]
+        h = r.hello
+        cur = model.current_op(r)
+        st = r.stacks.for_op(cur.start.id) if cur else None
+        rows.append(
+            {
+                "rank": rank,
+                "host": h.host if h else "?",
+                "pid": h.pid if h else 0,
+                "device": h.device if h else "?",
+                "status": model.view_status(r, now, found),
+                "op": f"{cur.start.op}#{cur.start.seq}" if cur else "",
+                "op_group": cur.start.group if cur else "",
+                "in_op_s": (now - cur.t_wall) / 1e9 if cur else 0.0,
+                "ops_done": r.ops_done,
+                "bytes": r.bytes_done,
+                "last_seen_s": (now - r.last_seen) / 1e9 if r.last_seen else None,
+                "dropped": r.dropped,
+                "last_op": r.last_op,
+                "where": st.where() if st is not None else "",
+                "unseen": dict(r.audit.get("unseen", {})) if r.audit else {},
+            }
+        )
+    return rows
