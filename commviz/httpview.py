@@ -20,21 +20,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from commviz.errors import CommvizError
-
-DEFAULT_HOST = "127.0.0.1"
-
-
-def parse_hostport(text: str) -> tuple[str, int]:
-    """`9400` or `HOST:9400` (HOST defaults to 127.0.0.1)."""
-    host, sep, port = text.rpartition(":")
-    try:
-        return (host if sep and host else DEFAULT_HOST), int(port)
-    except ValueError:
-        raise CommvizError(f"not a port or HOST:PORT: {text!r} (e.g. 9400 or 127.0.0.1:9400)") from None
-
+from commviz.transport.address import is_loopback
 
 def _loopback(host: str) -> bool:
-    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+    return is_loopback(f"tcp://[{host}]:0" if ":" in host else f"tcp://{host}:0")
 
 
 class StateServer:

@@ -1,5 +1,6 @@
 """Event builders and waits shared by the unit tests."""
 
+import socket
 import time
 
 from commviz.events import GroupDef, Hello, OpEnd, OpStart
@@ -37,3 +38,10 @@ def settled(value, quiet_s=0.3) -> bool:
     v = value()
     time.sleep(quiet_s)
     return value() == v
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (now)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

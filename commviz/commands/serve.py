@@ -11,7 +11,7 @@ import signal
 import sys
 import time
 
-from commviz.commands._live import open_feed
+from commviz.commands._live import metrics_addr, open_feed
 from commviz.commands.base import Command
 
 CHECK_EVERY_S = 0.5
@@ -23,7 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="write every event to this trace file")
     p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
                    help="seconds in one op before a rank counts as hung (default 10)")
-    p.add_argument("--http", metavar="[HOST:]PORT",
+    p.add_argument("--http", metavar="[HOST:]PORT", type=metrics_addr,
                    help="answer GET /summary, /diagnoses (and /metrics) here; 127.0.0.1 unless HOST is given, "
                         "which then needs the collector's token")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
@@ -31,13 +31,13 @@ def add_arguments(p) -> None:
 
 
 def run(args, cmd: list[str]) -> int:
-    from commviz.httpview import StateServer, parse_hostport
+    from commviz.httpview import StateServer
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=False)
     http = None
     try:
         if args.http:
-            host, port = parse_hostport(args.http)
+            host, port = args.http
             http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
                                extra=_metrics_view(feed)).start()
         print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if http else ""), flush=True)

@@ -6,23 +6,18 @@ rank from MPI's environment."""
 import json
 import os
 import shutil
-import socket
 
 import pytest
 
 from commviz.events import Hello
 from commviz.trace.file import load
+from tests.helpers import free_port
 from tests.integration.conftest import JOBS, commviz, run
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("mpiexec") is None, reason="no mpiexec (pip install mpi4py mpich)")]
 pytest.importorskip("mpi4py")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_custom_backend_under_mpiexec_is_recorded_exactly(isolated_env):

@@ -4,24 +4,19 @@ and the summary document of what it holds asked for while it runs
 
 import json
 import os
-import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
 
+from tests.helpers import free_port
 from tests.integration.conftest import REPO, commviz, run, torchrun
 
 pytestmark = pytest.mark.integration
 
 ALLREDUCE = os.path.join(REPO, "scenarios", "allreduce.py")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):

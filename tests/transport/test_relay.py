@@ -1,24 +1,18 @@
 """Two relays on loopback as two hosts, one central watcher: every op of every rank
 arrives, exactly once, through the token-guarded TCP listener."""
 
-import socket
 import time
 
 from commviz.events import Goodbye, encode_batch
 from commviz.transport.client import Client
 from commviz.transport.relay import Relay
 from commviz.watcher import LiveFeed
-from tests.helpers import group, hello, op
+from tests.helpers import free_port, group, hello, op
 from tests.helpers import wait_for
 
 WORLD = (0, 1, 2, 3)
 STEPS = 300
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rank_frames(rank: int, host: str):
