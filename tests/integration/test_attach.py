@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from commviz.attach.discover import find_ranks
+from commviz.attach.discover import find_ranks, parent_of
 from tests.integration.conftest import REPO, commviz, run, torchrun
 
 pytestmark = [pytest.mark.integration,
@@ -23,18 +23,17 @@ JOB = os.path.join(REPO, "tests", "integration", "jobs", "stalled_stage.py")
 @pytest.fixture
 def stalled_job(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMMVIZ")}
-    env["COMMVIZ"] = "0"
+    mark = tmp_path / "stalled"
+    env.update(COMMVIZ="0", STALL_MARK=str(mark))
     p = subprocess.Popen(torchrun(4, JOB), cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                          stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
     try:
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # the four ranks are up (they reach the stall within a second)
-            workers = [r.pid for r in find_ranks() if _parent(r.pid) == p.pid]
-            if len(workers) == 4:
-                break
-            time.sleep(0.5)
-        time.sleep(4)  # init, and steps 0-1
+        while not mark.exists() and time.monotonic() < deadline:  # rank 2 entered its stall
+            time.sleep(0.2)
+        time.sleep(1)  # the others block behind it in send/recv
+        workers = [r.pid for r in find_ranks() if parent_of(r.pid) == p.pid]
         yield workers
     finally:
         os.killpg(p.pid, signal.SIGTERM)  # torchrun's agent stops its workers (their own sessions)
@@ -49,13 +48,6 @@ def stalled_job(tmp_path):
                 pass
 
 
-def _parent(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return -1
-
 
 def test_attach_finds_the_job_and_names_the_culprits_line(stalled_job, tmp_path):
     assert len(stalled_job) == 4
@@ -69,11 +61,11 @@ def test_attach_finds_the_job_and_names_the_culprits_line(stalled_job, tmp_path)
     assert hangs and all(d["missing_ranks"] == [2] for d in hangs), doc["diagnoses"]
     recv = next(d for d in hangs if d["op"] == "recv")
     assert recv["waiting_ranks"] == [3]
-    assert "now in load_next_shard (stalled_stage.py:13)" in recv["message"]
+    assert "now in load_next_shard (stalled_stage.py:17)" in recv["message"]
     culprit = {s["rank"]: s for s in recv["stacks"]}[2]
     assert culprit["user_frame"]["function"] == "load_next_shard"
     groups = {(g["op"], g["where"]): g["ranks"] for g in a["roll_call"]["groups"]}
-    assert groups[("", "stalled_stage.py:13")] == "2" and groups[("send", "stalled_stage.py:25")] == "0,1"
+    assert groups[("", "stalled_stage.py:17")] == "2" and groups[("send", "stalled_stage.py:29")] == "0,1"
     assert any("TORCH_FR_BUFFER_SIZE" in t for t in a["next_time"])
     # what was seen, saved as a trace dir, reads as the same hang in summary (the multi-node recipe)
     s = json.loads(run(commviz("summary", str(tmp_path / "seen"), "--json", "--hang-after", "1")).stdout)

@@ -116,7 +116,7 @@ def test_a_culprit_in_no_op_has_its_stack_and_line(tmp_path):
     job = os.path.join(REPO, "tests", "integration", "jobs", "stalled_stage.py")
     p = run(commviz("record", "-o", str(out), "--hang-timeout", "3", "--", *torchrun(4, job)), timeout=120)
     assert p.returncode == 3 and "HANG:" in p.stdout
-    assert "now in load_next_shard (stalled_stage.py:13)" in p.stdout  # live, as record prints it
+    assert "now in load_next_shard (stalled_stage.py:17)" in p.stdout  # live, as record prints it
     s = json.loads(run(commviz("summary", str(out), "--json", "--hang-after", "1")).stdout)
     ds = [d for d in s["diagnoses"] if 2 in d["missing_ranks"]]
     assert len(ds) == 2, s["diagnoses"]  # rank 3 waits in recv for it, rank 1 in send to it
@@ -124,5 +124,5 @@ def test_a_culprit_in_no_op_has_its_stack_and_line(tmp_path):
         stacks = {st["rank"]: st for st in d["stacks"]}
         assert 2 in stacks, d
         assert stacks[2]["user_frame"]["function"] == "load_next_shard"
-        assert stacks[2]["user_frame"]["line"] == 13 and stacks[2]["thread"] == "MainThread"
-        assert "roll-call: rank 2 in no op, in load_next_shard at stalled_stage.py:13" in d["message"]
+        assert stacks[2]["user_frame"]["line"] == 17 and stacks[2]["thread"] == "MainThread"
+        assert "roll-call: rank 2 in no op, in load_next_shard at stalled_stage.py:17" in d["message"]

@@ -3,6 +3,7 @@ r+1) where stage 2 stalls in plain Python before its third send: no op in flight
 collective, just a slow function of the job. Stage 3 waits for it in recv; stages 0
 and 1 block behind it. The line at fault is in `load_next_shard`."""
 
+import os
 import time
 
 import torch
@@ -10,6 +11,9 @@ import torch.distributed as dist
 
 
 def load_next_shard():
+    mark = os.environ.get("STALL_MARK")  # tests wait for it instead of guessing a sleep
+    if mark:
+        open(mark, "w").close()
     time.sleep(600)  # the stall: a data loader, a checkpoint write, an .item()
 
 
