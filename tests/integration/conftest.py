@@ -22,6 +22,19 @@ def _ops_of_this_torch() -> tuple[str, str]:
 AG_SINGLE, RS_SINGLE = _ops_of_this_torch()
 
 
+def _dtensor_gather_of_this_torch() -> str:
+    """DTensor's Shard→Replicate gathers with funcol.all_gather_single on torch 2.13 and
+    with funcol.all_gather_tensor before it (the same bytes)."""
+    try:
+        import torch.distributed._functional_collectives as funcol
+    except ImportError:
+        return "funcol.all_gather_single"
+    return "funcol.all_gather_single" if hasattr(funcol, "all_gather_single") else "funcol.all_gather_tensor"
+
+
+DTENSOR_GATHER = _dtensor_gather_of_this_torch()
+
+
 def torchrun(nproc: int, *args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *args]
 

@@ -9,7 +9,7 @@ import pytest
 
 from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, commviz, run, torchrun
+from tests.integration.conftest import DTENSOR_GATHER, JOBS, commviz, run, torchrun
 
 pytestmark = pytest.mark.integration
 WORLD = 2
@@ -70,7 +70,7 @@ def test_functional_collectives_and_dtensor_with_exact_counts(covered):
             ("funcol.all_reduce", 32), ("funcol.all_gather_tensor", 32 * WORLD),
             ("funcol.reduce_scatter_tensor", 32 * WORLD), ("funcol.all_to_all_single", 16 * WORLD),
             ("funcol.all_reduce", 32),  # the unused one
-            ("funcol.all_gather_single", 4 * WORLD * 3 * 4),  # DTensor Shard(0) → Replicate
+            (DTENSOR_GATHER, 4 * WORLD * 3 * 4),  # DTensor Shard(0) → Replicate
         ])
         assert [s.op for s in starts[r]].count("scatter") == 1  # distribute_tensor
         assert all(s.id in ends[r] for s in starts[r]), "every op ends"
