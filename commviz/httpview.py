@@ -16,7 +16,7 @@ import hmac
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from commviz.errors import CommvizError
@@ -28,18 +28,22 @@ def _loopback(host: str) -> bool:
 
 class StateServer:
     """`feed`: the LiveFeed (its `lock` and `model`). `extra`: path -> (content type,
-    () -> bytes) for other views of the same model (Prometheus' /metrics)."""
+    () -> bytes) for other views of the same model (Prometheus' /metrics). `views`: a
+    `viewlink.ViewSource` answering /view and /view/hello for remote dashboards."""
 
-    def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None) -> None:
+    def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None,
+                 views=None) -> None:
         if not _loopback(host) and not token:
             raise CommvizError(f"{host}:{port} is not loopback: the HTTP view needs a token there "
                                "(listen on tcp:// so the collector makes one, or bind the HTTP view to 127.0.0.1)")
         self.feed, self.token = feed, (token if not _loopback(host) else None)
         self.extra = dict(extra or {})
+        self.views = views
         self.requests = 0
         handler = self._handler()
         try:
-            self.httpd = HTTPServer((host, port), handler)
+            self.httpd = ThreadingHTTPServer((host, port), handler)
+            self.httpd.daemon_threads = True
         except OSError as exc:
             raise CommvizError(f"cannot serve HTTP on {host}:{port} ({exc.strerror or exc}): pick another port "
                                f"(--http {host}:{port + 1})") from None
@@ -83,10 +87,18 @@ class StateServer:
                     return self._send(200, "application/json", json.dumps(server.summary()).encode())
                 if url.path == "/diagnoses":
                     return self._send(200, "application/json", json.dumps(server.summary()["diagnoses"]).encode())
+                if server.views is not None and url.path == "/view":
+                    from commviz.viewlink import CONTENT_TYPE
+
+                    return self._send(200, CONTENT_TYPE, server.views.view(url.query))
+                if server.views is not None and url.path == "/view/hello":
+                    from commviz.viewlink import CONTENT_TYPE
+
+                    return self._send(200, CONTENT_TYPE, server.views.hello())
                 if url.path in server.extra:
                     ctype, body = server.extra[url.path]
                     return self._send(200, ctype, body())
-                paths = ", ".join(["/summary", "/diagnoses", *server.extra])
+                paths = ", ".join(["/summary", "/diagnoses", *(["/view"] if server.views else []), *server.extra])
                 return self._send(404, "text/plain", f"no such view; there are: {paths}\n".encode())
 
             def _send(self, code: int, ctype: str, body: bytes) -> None:

@@ -1,8 +1,9 @@
 """`commviz serve`: the collector alone — the transport server, the model, the trace
 (`-o FILE`), relays and tokens as `watch` has them — with no screen, until stopped.
 It prints each diagnosis as it appears, and answers `--http [HOST:]PORT` with the
-summary document (`commviz summary --live`) and, where prometheus-client is
-installed, `/metrics`."""
+summary document (`commviz summary --live`), dashboards in other processes or on
+other machines (`commviz watch --connect`, as many as like) and, where
+prometheus-client is installed, `/metrics`."""
 
 from __future__ import annotations
 
@@ -24,23 +25,30 @@ def add_arguments(p) -> None:
     p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
                    help="seconds in one op before a rank counts as hung (default 10)")
     p.add_argument("--http", metavar="[HOST:]PORT", type=metrics_addr,
-                   help="answer GET /summary, /diagnoses (and /metrics) here; 127.0.0.1 unless HOST is given, "
-                        "which then needs the collector's token")
+                   help="answer `commviz watch --connect`, GET /summary, /diagnoses (and /metrics) here; "
+                        "127.0.0.1 unless HOST is given, which then needs the collector's token")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
 
 
 def run(args, cmd: list[str]) -> int:
+    from commviz.commands._dashboard import topology_option
     from commviz.httpview import StateServer
+    from commviz.topo.hosts import HostTopologies
+    from commviz.viewlink import ViewSource
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=False)
     http = None
     try:
         if args.http:
             host, port = args.http
+            topo = topology_option(None, local=True)  # this machine's NVML, as an embedded dashboard has it
+            views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
             http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
-                               extra=_metrics_view(feed)).start()
+                               extra=_metrics_view(feed), views=views).start()
         print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if http else ""), flush=True)
+        if http:
+            print(f"  dashboards: commviz watch --connect {http.host}:{http.port}", flush=True)
         if args.output:
             print(f"  writing every event to {args.output}", flush=True)
         stopping = []

@@ -18,9 +18,14 @@ def add_arguments(p) -> None:
     p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
                    help="seconds in one op before a rank shows as hung")
     p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP)
+    p.add_argument("--connect", metavar="HOST:PORT",
+                   help="open the dashboard on a running collector (`commviz serve --http PORT`) instead of "
+                        "listening here; its token from COMMVIZ_TOKEN")
 
 
 def run(args, cmd: list[str]) -> int:
+    if args.connect:
+        return connect(args, cmd)
     return watch(cmd, listen=args.listen, record_to=args.record, topology=args.topology,
                  hang_after_s=args.hang_after, metrics=args.metrics)
 
@@ -48,6 +53,22 @@ def watch(cmd: list[str], listen: str | None = None, record_to: str | None = Non
     finally:
         if endpoint is not None:
             endpoint.close()
+
+
+def connect(args, cmd: list[str]) -> int:
+    """The dashboard as a client: the collector ingests in its own process, this one
+    only draws (commviz/viewlink.py)."""
+    from commviz.errors import CommvizError
+    from commviz.viewlink import RemoteFeed
+
+    clash = [o for o, v in (("-- CMD", cmd), ("--listen", args.listen), ("--record", args.record),
+                            ("--metrics", args.metrics)) if v]
+    if clash:
+        raise CommvizError(f"--connect opens a view on a collector that runs elsewhere; {', '.join(clash)} "
+                           "belong to that collector (`commviz serve … --http PORT`)")
+    feed = RemoteFeed(args.connect, token=os.environ.get("COMMVIZ_TOKEN"))
+    topo = topology_option(args.topology) if args.topology else feed.topology
+    return run_app(feed, f"commviz · {feed.title}", topology=topo, simulate=bool(args.topology))
 
 
 COMMAND = Command(

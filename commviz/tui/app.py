@@ -28,6 +28,7 @@ from commviz.tui.alerts import DiagnosisScreen
 from commviz.tui.feed import Feed, ReplayFeed
 from commviz.tui.fmt import format_count, format_seconds
 from commviz.tui.snapshot import Fetched, Snapshot, fetch
+from commviz.viewlink import RemoteFeed, ViewQuery
 from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import MAX_RANK_ROWS, AlertsTable, LinksTable, OpsTable, RanksTable
@@ -207,6 +208,9 @@ class WatchApp(App):
             self._updater.schedule_update(tables)
 
     def _fetch(self, force: bool = False) -> Fetched:
+        if isinstance(self.feed, RemoteFeed):  # a collector in another process takes the snapshot
+            return self.feed.fetch(ViewQuery(self.focus_rank, self.frozen and not force, self.simulate,
+                                             self._summary_events))
         return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force, self.simulate,
                      summary_unless=None if self.replay else self._summary_events, hosts=self.hosts)
 

@@ -1,6 +1,7 @@
 """`commviz serve` (issue 31): the collector with no screen, a job streaming to it,
 and the summary document of what it holds asked for while it runs
-(`summary --live`), exact; then its trace file the same."""
+(`summary --live`) and dashboards as clients (`watch --connect`), exact; then its
+trace file the same."""
 
 import json
 import os
@@ -45,6 +46,14 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
         assert len(done) == 4, s["per_rank"]
         assert all(pr["ops"]["all_reduce"]["bytes"] == 30 * 4096 for pr in s["per_rank"])
         assert s["world_size"] == 4 and s["diagnoses"] == []
+        # two dashboards' worth of views on the same collector, while it runs
+        from commviz.viewlink import RemoteFeed, ViewQuery
+
+        views = [RemoteFeed(f"127.0.0.1:{port}") for _ in range(2)]
+        for v in views:
+            snap = v.fetch(ViewQuery()).snap
+            assert [(row["rank"], row["ops_done"], row["bytes"]) for row in snap.rank_rows] == \
+                [(r, 30, 30 * 4096) for r in range(4)]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing") as r:
             pytest.fail(f"an unknown path answered {r.status}")
     except urllib.error.HTTPError as exc:

@@ -1,0 +1,187 @@
+"""The dashboard as a client of a collector: `commviz watch --connect HOST:PORT`.
+
+The collector (`commviz serve --http PORT`) answers `GET /view` with one data tick's
+reading (`tui.snapshot.Fetched`), taken under its lock exactly as an embedded
+dashboard takes it, with the view's own focus, freeze and summary state in the query.
+The view asks at its own frame rate and has at most one request out (the update
+thread's rule), so a slow view just asks less often: it never queues snapshots on the
+collector and never slows ingest for longer than one snapshot. Any number of views
+(and scrapes) share one collector; each request is served on a thread of its own.
+
+The body is a pickle (the snapshot is a graph of the model's dataclasses), read back
+with an unpickler that builds only commviz's own types and plain containers: a
+collector that answers something else gets a clear error, not code run in the view.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode, urlparse
+
+from commviz.errors import CommvizError
+
+CONTENT_TYPE = "application/x-commviz-view"
+PROTOCOL = 1  # the hello's; a view refuses a collector that speaks another
+TIMEOUT_S = 5.0
+
+# What a snapshot is made of besides commviz's own classes.
+_ALLOWED = {
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "slice"),
+    ("collections", "OrderedDict"), ("collections", "deque"), ("collections", "defaultdict"),
+    ("copyreg", "_reconstructor"), ("builtins", "object"),
+    ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy", "ndarray"),
+}
+
+
+# rich's plain data (styled text in the alert rows)
+_ALLOWED_MODULES = {"rich.text", "rich.style", "rich.color", "rich.color_triplet", "rich.segment"}
+
+
+class ViewError(CommvizError):
+    pass
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module == "commviz" or module.startswith("commviz.")) and not name.startswith("_") \
+                or (module, name) in _ALLOWED or (module in _ALLOWED_MODULES and not name.startswith("_")):
+            return super().find_class(module, name)
+        raise ViewError(f"the collector's answer names {module}.{name}, which a view does not build: "
+                        "is that a commviz collector of this version?")
+
+
+def loads(data: bytes):
+    try:
+        return _Unpickler(io.BytesIO(data)).load()
+    except ViewError:
+        raise
+    except Exception as exc:  # a truncated or foreign body: say so, do not crash the view
+        raise ViewError(f"the collector's answer could not be read ({type(exc).__name__}: {exc})") from None
+
+
+def dumps(obj) -> bytes:
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+@dataclass(frozen=True)
+class ViewQuery:
+    """What a view asks of each tick: the part of `tui.snapshot.fetch`'s arguments
+    that belongs to the view, not to the collector."""
+
+    focus: int | None = None
+    frozen: bool = False
+    simulate: bool = False
+    summary_unless: int | None = -1
+
+    def encode(self) -> str:
+        q = {"frozen": int(self.frozen), "simulate": int(self.simulate)}
+        if self.focus is not None:
+            q["focus"] = self.focus
+        if self.summary_unless is not None:
+            q["summary_unless"] = self.summary_unless
+        return urlencode(q)
+
+    @classmethod
+    def decode(cls, query: str) -> "ViewQuery":
+        q = {k: v[0] for k, v in parse_qs(query).items()}
+
+        def num(key: str) -> int | None:
+            v = q.get(key)
+            return int(v) if v is not None and v.lstrip("-").isdigit() else None
+
+        return cls(focus=num("focus"), frozen=q.get("frozen") == "1", simulate=q.get("simulate") == "1",
+                   summary_unless=num("summary_unless"))
+
+
+class ViewSource:
+    """The collector's side: turns a view's query into one `Fetched`, with the
+    collector's topology (`topology`, `hosts` as the embedded dashboard has them)."""
+
+    def __init__(self, feed, topology=None, hosts=None, title: str = "commviz serve") -> None:
+        self.feed, self.topology, self.hosts, self.title = feed, topology, hosts, title
+
+    def hello(self) -> bytes:
+        return dumps({"protocol": PROTOCOL, "title": self.title, "topology": self.topology})
+
+    def view(self, query: str) -> bytes:
+        from commviz.tui.snapshot import fetch
+
+        q = ViewQuery.decode(query)
+        return dumps(fetch(self.feed, q.focus, self.topology, q.frozen, q.simulate,
+                           summary_unless=q.summary_unless, hosts=self.hosts))
+
+
+class RemoteFeed:
+    """The view's side: a `Feed` whose `fetch` asks a collector over HTTP. It holds
+    no model. A collector that stops answering leaves the last snapshot on screen
+    and says so on the status line; the view asks again on the next tick."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_s: float = TIMEOUT_S) -> None:
+        u = url if "://" in url else f"http://{url}"
+        self.url = u.rstrip("/")
+        if urlparse(self.url).path not in ("", "/"):
+            self.url = self.url.rsplit("/", 1)[0]
+        self.token, self.timeout_s = token, timeout_s
+        self.model = None
+        self.lock = None
+        self.failures = 0
+        self._last_ok = time.monotonic()
+        self._info = {"world_size": None, "backend": None, "job": None, "events": 0, "nranks": 0, "start": None}
+        hello = loads(self._get("/view/hello"))
+        if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
+            raise ViewError(f"{self.url} speaks view protocol {getattr(hello, 'get', lambda k: None)('protocol')}, "
+                            f"this commviz speaks {PROTOCOL}: run the same commviz version on both sides")
+        self.title = str(hello.get("title") or "commviz")
+        self.topology = hello.get("topology")
+
+    def _get(self, path: str) -> bytes:
+        req = urllib.request.Request(self.url + path,
+                                     headers={"Authorization": f"Bearer {self.token}"} if self.token else {})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
+                return r.read()
+        except urllib.error.HTTPError as exc:
+            hint = " (set COMMVIZ_TOKEN to the collector's token)" if exc.code == 401 else ""
+            if exc.code == 404:
+                hint = " (is it a commviz collector started with --http?)"
+            raise ViewError(f"{self.url}{path}: {exc.code} {exc.reason}{hint}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            raise ViewError(f"no collector answers at {self.url} ({getattr(exc, 'reason', exc)}): start one with "
+                            "`commviz serve --http PORT`") from None
+
+    # Feed protocol ---------------------------------------------------------
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+    def advance(self) -> None:
+        pass
+
+    def status(self) -> str:
+        return f"connected to {self.url}"
+
+    def fetch(self, query: ViewQuery):
+        """One tick's `Fetched` from the collector; when it does not answer, a
+        `Fetched` with no snapshot (the view keeps what it shows) and the reason."""
+        from commviz.tui.snapshot import Fetched
+
+        try:
+            got = loads(self._get("/view?" + query.encode()))
+        except ViewError as exc:
+            self.failures += 1
+            gone = time.monotonic() - self._last_ok
+            return Fetched(time.time_ns(), f"collector lost {gone:.0f} s ago: {exc}", self._info, None)
+        if not isinstance(got, Fetched):
+            raise ViewError(f"{self.url}/view answered a {type(got).__name__}, not a snapshot")
+        self._last_ok = time.monotonic()
+        self._info = got.info
+        got.status = f"view of {self.url} · {got.status}"
+        return got
+
+    def close(self) -> None:
+        pass

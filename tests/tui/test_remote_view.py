@@ -1,0 +1,161 @@
+"""The dashboard as a client of a collector (commviz/viewlink.py): what a view over
+HTTP shows is what the embedded dashboard shows, several views share one collector,
+and a collector that goes away or answers something else is said, not a crash."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+from textual.widgets import DataTable, Static
+
+from commviz.errors import CommvizError
+from commviz.events import GroupDef, OpEnd, OpStart
+from commviz.httpview import StateServer
+from commviz.tui.app import WatchApp
+from commviz.tui.snapshot import fetch
+from commviz.viewlink import RemoteFeed, ViewError, ViewQuery, ViewSource, loads
+
+from .helpers import MS, WALL0, hello
+from .scenes import FakeFeed
+
+
+def busy_feed(n_ops: int = 3) -> FakeFeed:
+    """Two ranks that finished `n_ops` all_reduces; rank 1 waits in a broadcast."""
+    feed = FakeFeed()
+    m = feed.model
+    for r in (0, 1):
+        m.ingest(r, hello(r, mono_ns=WALL0, wall_ns=WALL0))
+        m.ingest(r, GroupDef("g0", [0, 1], "gloo"))
+    for i in range(n_ops):
+        for r in (0, 1):
+            t = WALL0 + (10 + 10 * i) * MS
+            m.ingest(r, OpStart(id=i, t=t + r * MS, op="all_reduce", group="g0", seq=i, bytes=4096))
+            m.ingest(r, OpEnd(id=i, t=t + 4 * MS))
+    m.ingest(1, OpStart(id=n_ops, t=WALL0 + 50 * MS, op="broadcast", group="g0", seq=n_ops, bytes=64))
+    return feed
+
+
+@pytest.fixture
+def collector():
+    feed = busy_feed()
+    server = StateServer(feed, "127.0.0.1", 0, views=ViewSource(feed, title="test collector")).start()
+    yield feed, server
+    server.close()
+
+
+def test_a_remote_snapshot_is_the_embedded_one(collector):
+    feed, server = collector
+    remote = RemoteFeed(server.url)
+    assert remote.title == "test collector"
+    got = remote.fetch(ViewQuery(focus=1))
+    here = fetch(feed, 1, None, False)
+    assert got.snap is not None
+    assert got.snap.rank_rows == here.snap.rank_rows
+    assert got.snap.op_rows == here.snap.op_rows
+    assert [d.message for d in got.snap.diagnoses] == [d.message for d in here.snap.diagnoses]
+    assert got.snap.focus == 1 and got.info["nranks"] == 2
+    assert got.status.startswith(f"view of {server.url}")
+
+
+def test_a_frozen_view_gets_only_the_headline(collector):
+    _, server = collector
+    got = RemoteFeed(server.url).fetch(ViewQuery(frozen=True))
+    assert got.snap is None and got.info["events"] > 0
+
+
+def test_several_views_at_once_each_see_everything(collector):
+    feed, server = collector
+    views = [RemoteFeed(server.url) for _ in range(4)]
+    out: list = []
+
+    def look(v: RemoteFeed) -> None:
+        for _ in range(5):
+            out.append(v.fetch(ViewQuery()).snap.rank_rows)
+
+    ts = [threading.Thread(target=look, args=(v,)) for v in views]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert len(out) == 20
+    assert all(rows == out[0] for rows in out) and len(out[0]) == 2
+
+
+def test_a_lost_collector_keeps_the_view_up_and_says_so(collector):
+    _, server = collector
+    remote = RemoteFeed(server.url, timeout_s=1)
+    assert remote.fetch(ViewQuery()).snap is not None
+    server.close()
+    got = remote.fetch(ViewQuery())
+    assert got.snap is None and "collector lost" in got.status and "commviz serve --http" in got.status
+    assert got.info["nranks"] == 2  # the last headline stays
+
+
+def test_no_collector_is_a_clear_error():
+    with pytest.raises(CommvizError, match="no collector answers.*commviz serve --http"):
+        RemoteFeed("127.0.0.1:9", timeout_s=1)
+
+
+def test_an_answer_that_would_run_code_is_refused():
+    import os
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    with pytest.raises(ViewError, match="os.system|posix.system"):
+        loads(pickle.dumps(Evil()))
+    with pytest.raises(ViewError, match="could not be read"):
+        loads(b"\x80\x05not a pickle")
+
+
+def test_the_query_says_what_the_view_wants():
+    q = ViewQuery(focus=3, frozen=True, simulate=True, summary_unless=-1)
+    assert ViewQuery.decode(q.encode()) == q
+    assert ViewQuery.decode("focus=x&frozen=0") == ViewQuery(summary_unless=None)
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_draws_a_remote_collector(collector):
+    _, server = collector
+    app = WatchApp(RemoteFeed(server.url), title="remote")
+    async with app.run_test(size=(100, 30)) as pilot:
+        deadline = time.monotonic() + 10
+        ranks = app.query_one("#ranks", DataTable)
+        while ranks.row_count < 2 and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert ranks.row_count == 2
+        v = ranks.get_cell("1", "op")
+        assert getattr(v, "plain", v) == "broadcast#3"
+        status = str(app.query_one("#status", Static).render())
+        assert f"view of {server.url}" in status and "world 2" in status
+
+
+@pytest.mark.parametrize("scene", ["hang", "ended", "gpus"])
+def test_every_kind_of_snapshot_crosses_the_link(scene):
+    """Diagnoses with styled alert rows, an ended job's summary, GPUs on a topology:
+    what the view unpickles is what the collector took."""
+    from commviz.topo.discover import discover
+    from commviz.topo.hosts import HostTopologies
+    from commviz.topo.presets import load_preset
+    from commviz.viewlink import dumps
+
+    from .scenes import busy_ring, hang, nvlink_samples, straggler_job_that_ended
+
+    topo = discover(load_preset("dgx-h100"))
+    feed = {"hang": lambda: hang(8, gpu=True), "ended": straggler_job_that_ended,
+            "gpus": lambda: nvlink_samples(busy_ring(16, gpu=True))}[scene]()
+    src = ViewSource(feed, topo, HostTopologies(local=topo))
+    got = loads(src.view(ViewQuery(focus=2, simulate=True).encode()))
+    here = fetch(feed, 2, topo, False, True, summary_unless=-1, hosts=HostTopologies(local=topo))
+    assert dumps(got.snap.rank_rows) == dumps(here.snap.rank_rows)
+    assert [d.message for d in got.snap.diagnoses] == [d.message for d in here.snap.diagnoses]
+    assert (got.snap.summary is None) == (here.snap.summary is None)
+    assert got.snap.places == here.snap.places
+    if scene == "hang":
+        assert got.snap.diagnoses and got.snap.alerts
+    if scene == "ended":
+        assert got.snap.summary is not None
