@@ -155,7 +155,12 @@ def to_batches(job: Job, first: dict[int, RankLook], second: dict[int, RankLook]
             evs.append(Stack(lk.t_mono, 1, th.name, th.frames))
         evs += [Stack(lk.t_mono, QUIET_OP, th.name, th.frames) for th in _main_first(lk.threads)]
         batches.append(Batch(1, rank, evs))
-    interval_s = max(0.05, (t_second - t_first) / 1e9)
+    # The shortest time any one rank was watched staying put: a rank looked at late in
+    # the first round and early in the second was watched for less than the rounds'
+    # span (py-spy reads one rank after another, ~0.1-0.2 s each on a busy box), and a
+    # threshold from that span left such a rank "waiting" in the op it never left.
+    gaps = [lk.t_mono - first[r].t_mono for r, lk in second.items() if r in first]
+    interval_s = max(0.05, min(gaps, default=t_second - t_first) / 1e9)
     return Observed(batches, interval_s * 0.9, wall + (t_second - mono), unread)
 
 

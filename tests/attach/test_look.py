@@ -75,3 +75,18 @@ def test_unreadable_ranks_are_said_and_leave_no_invented_op():
     obs = to_batches(j, looks(j, 0, st), second)
     assert obs.unread == {1: "ptrace refused for pid 1001"}
     assert [type(e).__name__ for e in obs.batches[1].events] == ["Hello", "GroupDef"]
+
+
+def test_ranks_read_one_after_another_are_all_hung_when_none_moved():
+    """py-spy reads ranks in turn: the last rank of the first look was watched for less
+    than the looks' span. Every rank that stayed in its op through both looks is hung."""
+    j = job(4)
+    st = {0: in_c10d("send", 29, dst=1), 1: in_c10d("send", 29, dst=2), 2: elsewhere("load_next_shard", 17),
+          3: in_c10d("recv", 25, src=2)}
+    step = S // 5  # 0.2 s per rank read
+    first = {p.rank: RankLook(p, p.rank * step, [st[p.rank]]) for p in j.ranks}
+    second = {p.rank: RankLook(p, S + 3 * step + p.rank * step, [st[p.rank]]) for p in j.ranks}
+    s = diagnose(j, first, second)
+    status = {r["rank"]: r["status"] for r in s["ranks"]}
+    assert status == {0: "hung", 1: "hung", 2: "ok", 3: "hung"}
+    assert {d["op"] for d in s["diagnoses"] if d["kind"] == "hang"} == {"send", "recv"}
