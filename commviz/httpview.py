@@ -117,7 +117,9 @@ def fetch_summary(url: str, token: str | None = None, timeout_s: float = 10.0) -
     import urllib.error
     import urllib.request
 
-    u = url if "://" in url else f"http://{url}"
+    from commviz.viewlink import resolve
+
+    u = resolve(url)
     if urlparse(u).path in ("", "/"):
         u = u.rstrip("/") + "/summary"
     req = urllib.request.Request(u, headers={"Authorization": f"Bearer {token}"} if token else {})

@@ -117,14 +117,57 @@ class ViewSource:
                            summary_unless=q.summary_unless, hosts=self.hosts))
 
 
+def note_path(listen_addr: str) -> str:
+    """Where a collector listening on `listen_addr` writes its HTTP view's URL, so a
+    view or a script on this machine can be given the address the ranks use: next to
+    an ipc socket, or in the per-user directory for a TCP port."""
+    import os
+
+    from commviz.transport.address import parse, private_dir
+
+    kind, rest = parse(listen_addr)
+    if kind == "ipc":
+        return rest + ".http"
+    return os.path.join(private_dir(), f"collector-{rest.rsplit(':', 1)[1]}.http")
+
+
+def write_note(listen_addr: str, url: str) -> str:
+    path = note_path(listen_addr)
+    with open(path, "w") as f:
+        f.write(url + "\n")
+    return path
+
+
+def resolve(addr: str | None) -> str:
+    """A collector's HTTP view from what the user gave: its URL, HOST:PORT or PORT of
+    `--http`, or the address its ranks connect to (ipc://…, tcp://…; none: the
+    per-user default socket), read from the note the collector left."""
+    from commviz.transport.address import AddressError, default_addr
+
+    addr = addr or default_addr()
+    if not addr.startswith(("ipc://", "tcp://")):
+        return addr if "://" in addr else f"http://{addr if ':' in addr else '127.0.0.1:' + addr}"
+    try:
+        path = note_path(addr)
+        with open(path) as f:
+            url = f.read().strip()
+    except AddressError as exc:
+        raise ViewError(str(exc)) from None
+    except OSError:
+        raise ViewError(f"no collector on this machine listens on {addr} with a view (no {path}): start one with "
+                        "`commviz serve --listen ADDR`, or give its --http HOST:PORT") from None
+    if not url.startswith("http://"):
+        raise ViewError(f"{path} does not hold a collector's URL")
+    return url
+
+
 class RemoteFeed:
     """The view's side: a `Feed` whose `fetch` asks a collector over HTTP. It holds
     no model. A collector that stops answering leaves the last snapshot on screen
     and says so on the status line; the view asks again on the next tick."""
 
-    def __init__(self, url: str, token: str | None = None, timeout_s: float = TIMEOUT_S) -> None:
-        u = url if "://" in url else f"http://{url}"
-        self.url = u.rstrip("/")
+    def __init__(self, url: str | None, token: str | None = None, timeout_s: float = TIMEOUT_S) -> None:
+        self.url = resolve(url).rstrip("/")
         if urlparse(self.url).path not in ("", "/"):
             self.url = self.url.rsplit("/", 1)[0]
         self.token, self.timeout_s = token, timeout_s
@@ -153,7 +196,7 @@ class RemoteFeed:
             raise ViewError(f"{self.url}{path}: {exc.code} {exc.reason}{hint}") from None
         except (urllib.error.URLError, OSError) as exc:
             raise ViewError(f"no collector answers at {self.url} ({getattr(exc, 'reason', exc)}): start one with "
-                            "`commviz serve --http PORT`") from None
+                            "`commviz serve`") from None
 
     # Feed protocol ---------------------------------------------------------
     def now_ns(self) -> int:

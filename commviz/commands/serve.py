@@ -7,12 +7,13 @@ prometheus-client is installed, `/metrics`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import time
 
-from commviz.commands._live import metrics_addr, open_feed
+from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_metrics
 from commviz.commands.base import Command
 
 CHECK_EVERY_S = 0.5
@@ -27,6 +28,7 @@ def add_arguments(p) -> None:
     p.add_argument("--http", metavar="[HOST:]PORT", type=metrics_addr,
                    help="answer `commviz watch --connect`, GET /summary, /diagnoses (and /metrics) here; "
                         "127.0.0.1 unless HOST is given, which then needs the collector's token")
+    p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP + " (also on --http)")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
 
@@ -35,20 +37,26 @@ def run(args, cmd: list[str]) -> int:
     from commviz.commands._dashboard import topology_option
     from commviz.httpview import StateServer
     from commviz.topo.hosts import HostTopologies
-    from commviz.viewlink import ViewSource
+    from commviz.viewlink import ViewSource, write_note
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=False)
-    http = None
+    http = endpoint = note = None
     try:
-        if args.http:
-            host, port = args.http
-            topo = topology_option(None, local=True)  # this machine's NVML, as an embedded dashboard has it
-            views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
-            http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
-                               extra=_metrics_view(feed), views=views).start()
-        print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if http else ""), flush=True)
-        if http:
-            print(f"  dashboards: commviz watch --connect {http.host}:{http.port}", flush=True)
+        endpoint = start_metrics(args.metrics, feed)
+        # Always a view: on --http, else on a free loopback port that the note next to
+        # the listening address names (`watch --connect ADDR`, `summary --live ADDR`).
+        host, port = args.http or ("127.0.0.1", 0)
+        topo = topology_option(None, local=True)  # this machine's NVML, as an embedded dashboard has it
+        views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
+        http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
+                           extra=_metrics_view(feed), views=views).start()
+        note = write_note(feed.addr, http.url)
+        print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if args.http else ""),
+              flush=True)
+        print(f"  dashboards: commviz watch --connect {feed.addr if not args.http else f'{http.host}:{http.port}'}",
+              flush=True)
+        if endpoint is not None:
+            print(f"  metrics: {endpoint.url}", flush=True)
         if args.output:
             print(f"  writing every event to {args.output}", flush=True)
         stopping = []
@@ -57,8 +65,13 @@ def run(args, cmd: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if note is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(note)
         if http is not None:
             http.close()
+        if endpoint is not None:
+            endpoint.close()
         feed.close()
     with feed.lock:
         s = feed.model.summary()

@@ -12,8 +12,9 @@ from commviz.errors import CommvizError
 
 def add_arguments(p) -> None:
     add_path_arguments(p, optional=True)
-    p.add_argument("--live", metavar="URL", help="the summary of a running `commviz serve --http` now, instead of a "
-                   "trace (e.g. 127.0.0.1:9400); COMMVIZ_TOKEN for one that wants a token")
+    p.add_argument("--live", metavar="ADDR", help="the summary of a running `commviz serve` now, instead of a "
+                   "trace: its --http HOST:PORT (e.g. 127.0.0.1:9400), or on this machine the address its ranks "
+                   "use (ipc://…, tcp://…); COMMVIZ_TOKEN for one that wants a token")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--hang-after", type=float, default=1.0, metavar="S",
                    help="ops still waiting this long at the end of the trace count as a hang (default 1)")

@@ -18,13 +18,14 @@ def add_arguments(p) -> None:
     p.add_argument("--hang-after", type=float, default=10.0, metavar="S",
                    help="seconds in one op before a rank shows as hung")
     p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP)
-    p.add_argument("--connect", metavar="HOST:PORT",
-                   help="open the dashboard on a running collector (`commviz serve --http PORT`) instead of "
-                        "listening here; its token from COMMVIZ_TOKEN")
+    p.add_argument("--connect", metavar="ADDR", nargs="?", const="",
+                   help="open the dashboard on a running `commviz serve` instead of listening here: the address "
+                        "its ranks use (ipc://…, tcp://…; none: the default socket) on this machine, or its "
+                        "--http HOST:PORT from anywhere; its token from COMMVIZ_TOKEN")
 
 
 def run(args, cmd: list[str]) -> int:
-    if args.connect:
+    if args.connect is not None:
         return connect(args, cmd)
     return watch(cmd, listen=args.listen, record_to=args.record, topology=args.topology,
                  hang_after_s=args.hang_after, metrics=args.metrics)
@@ -65,8 +66,8 @@ def connect(args, cmd: list[str]) -> int:
                             ("--metrics", args.metrics)) if v]
     if clash:
         raise CommvizError(f"--connect opens a view on a collector that runs elsewhere; {', '.join(clash)} "
-                           "belong to that collector (`commviz serve … --http PORT`)")
-    feed = RemoteFeed(args.connect, token=os.environ.get("COMMVIZ_TOKEN"))
+                           "belong to that collector (`commviz serve …`)")
+    feed = RemoteFeed(args.connect or None, token=os.environ.get("COMMVIZ_TOKEN"))
     topo = topology_option(args.topology) if args.topology else feed.topology
     return run_app(feed, f"commviz · {feed.title}", topology=topo, simulate=bool(args.topology))
 

@@ -49,7 +49,7 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
         # two dashboards' worth of views on the same collector, while it runs
         from commviz.viewlink import RemoteFeed, ViewQuery
 
-        views = [RemoteFeed(f"127.0.0.1:{port}") for _ in range(2)]
+        views = [RemoteFeed(f"127.0.0.1:{port}"), RemoteFeed(addr)]  # by --http, by the ranks' address
         for v in views:
             snap = v.fetch(ViewQuery()).snap
             assert [(row["rank"], row["ops_done"], row["bytes"]) for row in snap.rank_rows] == \
@@ -62,5 +62,6 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
         srv.terminate()
         stdout, _ = srv.communicate(timeout=30)
     assert "4 ranks connected" in stdout and "stopped" in stdout
+    assert not os.path.exists(f"{isolated_env}/sock/serve.sock.http")  # its note went with it
     s = json.loads(run(commviz("summary", str(out), "--json")).stdout)
     assert [pr["ops"]["all_reduce"]["count"] for pr in s["per_rank"]] == [30] * 4

@@ -90,12 +90,12 @@ def test_a_lost_collector_keeps_the_view_up_and_says_so(collector):
     assert remote.fetch(ViewQuery()).snap is not None
     server.close()
     got = remote.fetch(ViewQuery())
-    assert got.snap is None and "collector lost" in got.status and "commviz serve --http" in got.status
+    assert got.snap is None and "collector lost" in got.status and "commviz serve" in got.status
     assert got.info["nranks"] == 2  # the last headline stays
 
 
 def test_no_collector_is_a_clear_error():
-    with pytest.raises(CommvizError, match="no collector answers.*commviz serve --http"):
+    with pytest.raises(CommvizError, match="no collector answers.*commviz serve"):
         RemoteFeed("127.0.0.1:9", timeout_s=1)
 
 
@@ -159,3 +159,16 @@ def test_every_kind_of_snapshot_crosses_the_link(scene):
         assert got.snap.diagnoses and got.snap.alerts
     if scene == "ended":
         assert got.snap.summary is not None
+
+
+def test_a_collector_is_found_by_the_address_its_ranks_use(collector, tmp_path):
+    from commviz.viewlink import resolve, write_note
+
+    _, server = collector
+    addr = f"ipc://{tmp_path}/w.sock"
+    with pytest.raises(ViewError, match="no collector on this machine listens on .*w.sock.*commviz serve"):
+        resolve(addr)
+    write_note(addr, server.url)
+    assert resolve(addr) == server.url
+    assert RemoteFeed(addr).fetch(ViewQuery()).snap.info["nranks"] == 2
+    assert resolve("9400") == "http://127.0.0.1:9400" and resolve("h:1") == "http://h:1"
