@@ -4,13 +4,14 @@ builds its parser and dispatch from (in the order `--help` lists them)."""
 from __future__ import annotations
 
 from commviz.commands import (attach, demo, doctor, export, lesson, nvml_dump, record, relay, replay, serve, summary,
-                              topo, watch)
+                              topo, watch, web)
 from commviz.commands.base import Command
 
 COMMANDS: list[Command] = [
     watch.COMMAND,
     record.COMMAND,
     serve.COMMAND,
+    web.COMMAND,
     replay.COMMAND,
     summary.COMMAND,
     attach.COMMAND,

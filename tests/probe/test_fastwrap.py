@@ -5,6 +5,8 @@ same events as the Python wrapper on torch's `fake` backend, call for call."""
 
 import dataclasses
 
+import sys
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -538,6 +540,8 @@ def test_with_the_ring_on_a_tensor_field_redefined_on_tensor_is_read_as_python_r
     assert [e.bytes for e in starts[-3:]] == [64, 12_345, 64]
 
 
+@pytest.mark.skipif(sys.version_info >= (3, 13), reason="3.13 gives torch.Tensor no valid type version tag, so the C "
+                    "wrapper does not trust torch's getters and reads each op's tensor afresh (its true size)")
 def test_with_the_ring_on_a_tensors_fields_are_read_once_per_drain_and_it_is_let_go_by_the_next(probe, ring_on):
     """The C wrapper keeps its reads of a tensor's fields for the ring until the next
     drain, as the drain reads a deferred start's once per batch: a tensor resized in
