@@ -215,12 +215,12 @@ class RemoteFeed:
 
         try:
             got = loads(self._get("/view?" + query.encode()))
-        except ViewError as exc:
+            if not isinstance(got, Fetched):
+                raise ViewError(f"{self.url}/view answered a {type(got).__name__}, not a snapshot")
+        except ViewError as exc:  # on the update thread: said on the status line, never raised there
             self.failures += 1
             gone = time.monotonic() - self._last_ok
             return Fetched(time.time_ns(), f"collector lost {gone:.0f} s ago: {exc}", self._info, None)
-        if not isinstance(got, Fetched):
-            raise ViewError(f"{self.url}/view answered a {type(got).__name__}, not a snapshot")
         self._last_ok = time.monotonic()
         self._info = got.info
         got.status = f"view of {self.url} · {got.status}"

@@ -25,7 +25,7 @@ from tests.helpers import free_port
 from tests.tui.scenes import busy_ring
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = [
+needs_browser = [
     pytest.mark.skipif(CHROMIUM is None, reason="no chromium (Debian: apt install chromium)"),
     pytest.mark.skipif(not __import__("importlib").util.find_spec("textual_serve"), reason="no textual-serve"),
 ]
@@ -127,6 +127,8 @@ async def browse(url: str, wait_s: float) -> tuple[list[str], bytes]:
         shutil.rmtree(profile, ignore_errors=True)
 
 
+@needs_browser[0]
+@needs_browser[1]
 def test_the_browser_shows_the_dashboard_of_the_collector(tmp_path):
     feed = busy_ring(4, ops=20)
     server = StateServer(feed, "127.0.0.1", 0, views=ViewSource(feed, title="browser test")).start()
@@ -157,9 +159,40 @@ def test_the_browser_shows_the_dashboard_of_the_collector(tmp_path):
         server.close()
 
 
+@needs_browser[1]
 def test_a_web_view_open_to_other_machines_wants_the_token(monkeypatch, capsys):
     from commviz.cli import main
 
     monkeypatch.delenv("COMMVIZ_TOKEN", raising=False)
     assert main(["web", "--host", "0.0.0.0", "--connect", "127.0.0.1:9"]) != 0
     assert "set COMMVIZ_TOKEN" in capsys.readouterr().err
+
+
+def test_a_tab_s_dashboard_ends_when_the_web_server_does(tmp_path):
+    """textual-serve starts each tab's app under a shell; if `commviz web` dies, the
+    app must go too (orphaned, it spun on its closed stdin)."""
+    ready = tmp_path / "ready"
+    child = ("import time; from commviz.commands.watch import exit_with_parent; exit_with_parent(0.1); "
+             f"open({str(ready)!r}, 'w').close(); time.sleep(60)")
+    middle = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys, time; p = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+                               "print(p.pid, flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    pid = int(middle.stdout.readline())
+    deadline = time.monotonic() + 30
+    while not ready.exists() and time.monotonic() < deadline:  # it knows its parent
+        time.sleep(0.05)
+    middle.kill()
+    middle.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if "\nState:\tZ" in f.read():
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the orphaned view kept running")

@@ -67,9 +67,29 @@ def connect(args, cmd: list[str]) -> int:
     if clash:
         raise CommvizError(f"--connect opens a view on a collector that runs elsewhere; {', '.join(clash)} "
                            "belong to that collector (`commviz serve …`)")
+    if "web_driver" in os.environ.get("TEXTUAL_DRIVER", ""):
+        exit_with_parent()  # a browser tab's view (commviz web) must not outlive the page's server
     feed = RemoteFeed(args.connect or None, token=os.environ.get("COMMVIZ_TOKEN"))
     topo = topology_option(args.topology) if args.topology else feed.topology
     return run_app(feed, f"commviz · {feed.title}", topology=topo, simulate=bool(args.topology))
+
+
+def exit_with_parent(every_s: float = 1.0) -> None:
+    """End this process once its parent is gone. textual-serve feeds a tab's app
+    through pipes; if `commviz web` is killed, the orphaned app read its closed stdin
+    in a busy loop (three of them took ~45 % of a core each here, for as long as
+    nobody noticed)."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    threading.Thread(target=watch_parent, name="commviz-parent", daemon=True).start()
 
 
 COMMAND = Command(

@@ -172,3 +172,18 @@ def test_a_collector_is_found_by_the_address_its_ranks_use(collector, tmp_path):
     assert resolve(addr) == server.url
     assert RemoteFeed(addr).fetch(ViewQuery()).snap.info["nranks"] == 2
     assert resolve("9400") == "http://127.0.0.1:9400" and resolve("h:1") == "http://h:1"
+
+
+def test_a_collector_answering_something_else_is_said_not_raised(collector):
+    from commviz.viewlink import dumps
+
+    feed, server = collector
+    remote = RemoteFeed(server.url)
+
+    class Odd(ViewSource):
+        def view(self, query: str) -> bytes:
+            return dumps({"not": "a snapshot"})
+
+    server.views = Odd(feed)
+    got = remote.fetch(ViewQuery())  # on the view's update thread: an exception there would freeze it
+    assert got.snap is None and "answered a dict, not a snapshot" in got.status
