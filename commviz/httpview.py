@@ -22,7 +22,8 @@ from urllib.parse import parse_qs, urlparse
 from commviz.errors import CommvizError
 from commviz.transport.address import is_loopback
 
-def _loopback(host: str) -> bool:
+def loopback_host(host: str) -> bool:
+    """A bare host (name, IPv4 or IPv6) that only this machine reaches."""
     return is_loopback(f"tcp://[{host}]:0" if ":" in host else f"tcp://{host}:0")
 
 
@@ -33,10 +34,10 @@ class StateServer:
 
     def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None,
                  views=None) -> None:
-        if not _loopback(host) and not token:
+        if not loopback_host(host) and not token:
             raise CommvizError(f"{host}:{port} is not loopback: the HTTP view needs a token there "
                                "(listen on tcp:// so the collector makes one, or bind the HTTP view to 127.0.0.1)")
-        self.feed, self.token = feed, (token if not _loopback(host) else None)
+        self.feed, self.token = feed, (token if not loopback_host(host) else None)
         self.extra = dict(extra or {})
         self.views = views
         self.requests = 0

@@ -42,11 +42,11 @@ def run(args, cmd: list[str]) -> int:
     except ImportError as exc:
         raise CommvizError("commviz web needs textual-serve: pip install 'commviz[web]' "
                            "(or pip install textual-serve)") from exc
-    from commviz.transport.address import is_loopback
+    from commviz.httpview import loopback_host
     from commviz.viewlink import RemoteFeed
 
     token = os.environ.get("COMMVIZ_TOKEN")
-    public = not is_loopback(f"tcp://{args.host}:0" if ":" not in args.host else f"tcp://[{args.host}]:0")
+    public = not loopback_host(args.host)
     if public and not token:
         raise CommvizError(f"--host {args.host} lets other machines in: set COMMVIZ_TOKEN to the collector's token "
                            "(they then open the page with ?token=TOKEN), or keep the default 127.0.0.1 and "
