@@ -255,8 +255,12 @@ def test_when_the_model_falls_behind_frames_are_shed_and_counted_per_peer(sockdi
         assert wait_for(lambda: server.shed_frames > 0)
         assert any(p == "rank3-pid9" and "behind" in m for p, m in errors)
         gate.set()
+        # Every frame is, in the end, either handed to the model or counted as shed.
+        # Frames still queued in zmq when the model frees up are read after it, so
+        # the total is waited for, not read at one instant (on Python 3.10 eight
+        # frames were still in flight when `got` first caught up with `frames`).
+        assert wait_for(lambda: server.frames + server.shed_frames == 51), (server.frames, server.shed_frames)
         assert wait_for(lambda: len(got) == server.frames)
-        assert server.frames + server.shed_frames == 51
         assert server.shed.top() == [("rank3-pid9", server.shed_frames)]
         c.close()
     finally:
