@@ -4,7 +4,7 @@ put into a live model (flows on) in one process, one thread. Separates what the
 model and the decoder cost from what zmq, the server and the GIL cost.
 
     python bench/ingest_model.py --ranks 64 [--rounds 40] [--steps 64] [--mode batches|each|decode|decode-kept]
-                                 [--decoder columns|objects] [--drop P]
+                                 [--decoder columns|objects] [--drop P] [--shed]
 
 Modes: `batches` queues decoded frames and hands them on as `watcher.LiveFeed` does
 (`Model.ingest_many`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
@@ -13,7 +13,8 @@ each frame freed at once; `decode-kept` decodes and keeps `DRAIN_EVENTS` events 
 as the queue does. `--decoder columns` (the watcher's: `model.store.decode_frame`,
 frames read straight into columns, joined into an `EventStore`) or `objects`
 (msgspec Structs, as before). `--drop P`: a share P of the op frames never arrives (a
-client's queue full), as when producers outrun the watcher. Last line: events per
+client's queue full), as when producers outrun the watcher. `--shed`: as a watcher past its lag bound
+(model/overload.py). Last line: events per
 CPU-second.
 """
 
@@ -52,7 +53,7 @@ def frames(world: int, rounds: int, steps: int) -> tuple[list[bytes], list[bytes
 
 
 def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns",
-        drop: float = 0.0) -> tuple[int, float]:
+        drop: float = 0.0, shed: bool = False) -> tuple[int, float]:
     hellos, data = frames(world, rounds, steps)
     if drop:
         rng = random.Random(0)
@@ -63,6 +64,7 @@ def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns"
         for ev in b.events:
             m.ingest(b.rank, ev)
     n = sum(len(decode_batch(f).events) for f in data)
+    m.shed = shed  # a watcher past its lag bound: per-event detail shed (model/overload.py)
     decode = decode_frame if decoder == "columns" else decode_batch
     t0 = time.process_time()
     if mode == "decode":
@@ -118,9 +120,11 @@ def main() -> None:
     ap.add_argument("--mode", choices=("batches", "each", "decode", "decode-kept"), default="batches")
     ap.add_argument("--decoder", choices=("columns", "objects"), default="columns")
     ap.add_argument("--drop", type=float, default=0.0, help="share of op frames lost on the way")
+    ap.add_argument("--shed", action="store_true", help="as a watcher too far behind: per-event detail shed")
     args = ap.parse_args()
-    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder, args.drop)
+    n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder, args.drop, args.shed)
     lost = f", {args.drop:.1%} of frames lost" if args.drop else ""
+    lost += ", detail shed" if args.shed else ""
     print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}, {args.decoder}{lost}: {n:,} events in {cpu:.2f} s CPU: "
           f"{n / cpu:,.0f} events per cpu-second")
 

@@ -23,8 +23,9 @@ order the per-event path would hand them on (a `keep_ops` model goes one event a
 time).
 
 The invariants that make this exact are checked, not assumed; a batch that breaks
-one (an audit inside it, too many instances open for the stale-instance sweep to
-stay idle) is ingested one event at a time, or in halves.
+one (an audit inside it) is ingested one event at a time, and one that reaches a
+check of the stale-instance sweep with too many instances open stops there, lets
+the model check (`Model.sweep_if_due`), and goes on in bulk.
 """
 
 from __future__ import annotations
@@ -237,35 +238,22 @@ def _chunk_one_by_one(model: Model, c: Chunk) -> None:
 
 
 def _batch(model: Model, c: Chunk) -> None:
-    if len(c) < MIN_BATCH:
-        _chunk_one_by_one(model, c)
-        return
-    plan = _plan(model, c)
-    if plan is None:
-        _chunk_one_by_one(model, c)
-    elif type(plan) is int:
-        # The per-event path may sweep at event `plan`: the events before it in bulk,
-        # then one by one until it has swept (or a while), then in bulk again.
-        if plan >= MIN_BATCH:
-            _batch(model, c.part(0, plan))
-        else:
-            plan = 0
-        done = plan + _until_sweep(model, c.part(plan, len(c)))
-        if done < len(c):
-            _batch(model, c.part(done, len(c)))
-    else:
-        _apply(model, c, plan)
-
-
-def _until_sweep(model: Model, c: Chunk, most: int = 2048) -> int:
-    """Events of `c` one by one until the model has swept its stale instances, or
-    `most` of them: how many went in."""
-    n, sweeps, ingest = min(len(c), most), model.sweeps, model.ingest
-    for i, r, ev in zip(range(1, n + 1), c.rank[:n].tolist(), c.events(np.arange(n))):
-        ingest(r, ev)
-        if model.sweeps != sweeps:
-            return i
-    return n
+    while len(c):
+        if len(c) < MIN_BATCH:
+            _chunk_one_by_one(model, c)
+            return
+        plan = _plan(model, c)
+        if plan is None:
+            _chunk_one_by_one(model, c)
+            return
+        if type(plan) is not int:
+            _apply(model, c, plan)
+            model.sweep_if_due()  # where the batch ends on a check, as the per-event path would
+            return
+        # The per-event path may sweep just before event `plan`: the events before it
+        # go in bulk, the model checks, and the rest follow.
+        _batch(model, c.part(0, plan))
+        c = c.part(plan, len(c))
 
 
 class _Plan:
@@ -274,8 +262,8 @@ class _Plan:
 
 def _plan(model: Model, c: Chunk):
     """The fast instances of `c` and what they do; None where the batch is better
-    taken one event at a time; a position where the batch must stop short of a sweep
-    the per-event path may run there (`_sweep_point`)."""
+    taken one event at a time; a position where the batch must stop for a sweep the
+    per-event path may run just before it (`_sweep_point`)."""
     x = _columns(c)
     if x is None:
         return None
@@ -499,15 +487,17 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
 
 def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray,
                  reopen: int) -> int:
-    """No sweep of stale instances may run inside a batch: the per-event path sweeps
-    at a start that leaves more than `model.sweep_room()` more instances open, and in its
-    order every instance is open from its first start (whole ones until their last
-    member leaves; any other, as far as this can tell, to the end of the batch; an
-    end that leaves an op begun before the batch may re-open one: `reopen` of them).
-    The position of the first start where that bound passes the mark; len(c) where it
-    never does."""
+    """No sweep of stale instances may run inside a batch: the per-event path checks
+    after every few thousand events (`model.sweep_checks`) and sweeps if more than
+    `model.sweep_room()` more instances are open by then. In its order every instance
+    is open from its first start (whole ones until their last member leaves; any
+    other, as far as this can tell, to the end of the batch; an end that leaves an op
+    begun before the batch may re-open one: `reopen` of them). Just past the first
+    check where that bound passes the mark (the batch stops there and the model
+    checks); len(c) where it never does."""
+    checks = model.sweep_checks(len(c))
     np2p = sigs.sig_np2p[x.s_sig] & (x.s_seq >= 0)
-    if not np2p.any():
+    if not len(checks) or not np2p.any():
         return len(c)
     keys = (sigs.sig_group[x.s_sig[np2p]] << ID_BITS) | x.s_seq[np2p]
     uk, inv = np.unique(keys, return_inverse=True)
@@ -522,8 +512,9 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     diff = np.zeros(len(c) + 2, np.int64)
     np.add.at(diff, first, 1)
     np.add.at(diff, close, -1)
-    over = np.flatnonzero(np.cumsum(diff) > model.sweep_room() - reopen)
-    return int(over[0]) if len(over) else len(c)
+    at = np.asarray(checks)
+    over = np.flatnonzero(np.cumsum(diff)[at] > model.sweep_room() - reopen)
+    return int(at[over[0]]) + 1 if len(over) else len(c)
 
 
 def _reopening(model: Model, x: _Cols, m: _Ends) -> tuple[int, set]:
@@ -759,13 +750,11 @@ class _Openings:
         lo = int(self.bounds[i])
         hi = lo + int(self.n[i])
         op, group = p.sig_list[p.i_sig[i]][:2]
-        inst = Instance(op, group, int(p.i_seq[i]))
-        for q in range(lo, hi):
-            rank = self.ranks[q]
-            inst.starts[rank] = InFlight(self.starts[q], self.walls[q])
-            inst.durations[rank] = self.durs[q]
-            inst.ended.add(rank)
-        inst.last_arrival = max(0, *self.walls[lo:hi])  # as Tracker.enter and leave keep them, from 0
+        ranks, walls = self.ranks[lo:hi], self.walls[lo:hi]
+        # (built in the order the members entered, as Tracker.enter and leave fill them)
+        inst = Instance(op, group, int(p.i_seq[i]), durations=dict(zip(ranks, self.durs[lo:hi])),
+                        ended=set(ranks), starts=dict(zip(ranks, map(InFlight, self.starts[lo:hi], walls))))
+        inst.last_arrival = max(0, *walls)  # as Tracker.enter and leave keep them, from 0
         inst.bytes = max(0, *self.nbytes[lo:hi])
         self.model.pending[(group, inst.seq)] = inst
 

@@ -7,10 +7,12 @@ rank's monotonic stamps plus the offset its hello announced.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 
 import collections
 import gc
+import itertools
 from typing import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -54,8 +56,12 @@ MAX_HOST_GPUS = 64
 # Desyncs found in instances that have since completed (they stay reported).
 DESYNC_HISTORY = 64
 # Pending instances are checked for staleness (a member's start was lost) once there
-# are this many, then whenever their number doubles.
+# are this many, then whenever their number doubles; the check comes at every
+# SWEEP_EVERY-th event, a place that does not depend on how the events were batched,
+# so the batch path (model/columns.py) can stop there and sweep exactly as one event
+# at a time would, instead of going one at a time until the sweep has run.
 SWEEP_FIRST = 1024
+SWEEP_EVERY = 4096
 
 # The diagnoses whose ranks wait for something that will not come (`OpenHang`).
 STUCK_KINDS = frozenset({Kind.HANG, Kind.P2P_DEADLOCK, Kind.DEAD_RANK})
@@ -307,6 +313,18 @@ class Model:
         """Instances that may still open before the model sweeps the stale ones."""
         return self._sweep_at - len(self.pending)
 
+    def sweep_checks(self, n: int) -> range:
+        """The positions among the next `n` events after which the model checks
+        whether to sweep its stale instances (`sweep_if_due`)."""
+        return range(SWEEP_EVERY - self.events % SWEEP_EVERY - 1, n, SWEEP_EVERY)
+
+    def sweep_if_due(self) -> None:
+        """The check one event at a time makes after every SWEEP_EVERY-th event; the
+        batch path calls it where it stops at one. Twice at one place is once: a
+        sweep leaves fewer instances pending than its new mark."""
+        if not self.events % SWEEP_EVERY and len(self.pending) > self._sweep_at:
+            self._sweep()
+
     def ingest_many(self, ranks: Sequence[int], events: Sequence[Event], settle: bool = False) -> int:
         """`ingest(ranks[i], events[i])` for each i in order, a batch at a time
         (`model/columns.py`): the same state, far less time per event. `settle`: see
@@ -329,8 +347,10 @@ class Model:
                 self._end(r, ev)
             else:
                 self._start(r, ev)
-            return
-        self._ingest_other(rank, ev)
+        else:
+            self._ingest_other(rank, ev)
+        if not self.events % SWEEP_EVERY and self._deferred is None and len(self.pending) > self._sweep_at:
+            self._sweep()
 
     def _ingest_other(self, rank: int, ev: Event) -> None:
         self.events += 1
@@ -490,8 +510,6 @@ class Model:
             self.tracker.enter(r.rank, fl)
             if s.seq > r.seqs.get(s.group, -1):
                 r.seqs[s.group] = s.seq
-            if len(self.pending) > self._sweep_at:
-                self._sweep()
 
     def _end(self, r: RankState, e: OpEnd) -> None:
         fl = r.inflight.pop(e.id, None)
@@ -577,17 +595,28 @@ class Model:
     def _sweep(self) -> None:
         """Retire instances that can never complete because a member's start was lost
         (dropped events, a watcher that came late): nobody is inside them and every
-        member that did not leave them has since started a later op in the group."""
+        member that did not leave them has since started a later op in the group.
+
+        Behind a flood most instances are stale, so each is not asked of every member
+        (at 1,024 ranks that, for every pending instance, cost more than the ingest):
+        only the members not yet past its seq, found by bisection, must have left it."""
+        ranks = self.ranks
+        # group -> its members by the latest seq each has started (-1: none, or not a
+        # rank yet): those at or below an instance's seq must all have left it
+        behind: dict[str, tuple[list[int], list[int]]] = {}
         for inst in list(self.pending.values()):
-            if inst.inside():
-                continue
-            g = self.groups.get(inst.group)
-            if g is None:
-                continue
-            if all(
-                m in inst.ended or (m in self.ranks and self.ranks[m].seqs.get(inst.group, -1) > inst.seq)
-                for m in g.ranks
-            ):
+            ended = inst.ended
+            if not inst.starts.keys() <= ended:
+                continue  # a rank is inside
+            b = behind.get(inst.group)
+            if b is None:
+                g = self.groups.get(inst.group)
+                if g is None:
+                    continue
+                by = sorted((ranks[m].seqs.get(inst.group, -1) if m in ranks else -1, m) for m in g.ranks)
+                b = behind[inst.group] = ([q for q, _ in by], [m for _, m in by])
+            n = bisect.bisect_right(b[0], inst.seq)
+            if n <= len(ended) and all(m in ended for m in itertools.islice(b[1], n)):
                 self._complete(inst, complete=False)
         while len(self.pending) > MAX_PENDING:
             self.tracker.evicted_instances += 1
