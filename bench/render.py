@@ -9,7 +9,13 @@ render_line) and our ticks took on the UI thread, how long a snapshot (taken on 
 app's update thread) held the lock, and the event rate the producer held at the same
 time.
 
-    python bench/render.py [--ranks 8,64,1024] [--rate 100000] [--seconds 5] [--size 160x50] [--ingest batches|each]
+    python bench/render.py [--ranks 8,64,1024] [--rate 100000] [--seconds 5] [--size 160x50]
+                           [--ingest batches|each|remote]
+
+`--ingest remote` is `commviz watch` as it runs now: the feed and the HTTP view in a
+collector process, fed over the wire by two producer processes (bench/ingest.py's),
+the dashboard here reading it (`viewlink`); the frames/s are the view process's own,
+the lock hold the collector's, and "events/s held" what the collector ingested.
 
 Frames reach the feed encoded and read into columns (`model.store.decode_frame`), as
 the transport server hands them on. Frames are capped by the animation clock (--anim-hz, default 30) and Textual's own
@@ -139,6 +145,42 @@ class FrameProducer(Producer):
         self.t1 = time.perf_counter()
 
 
+def _collector(n: int, rate: float, seconds: float, conn) -> None:
+    """`--ingest remote`'s collector, in a process of its own as `commviz watch` now
+    runs it: a live feed on a socket, fed over the wire by bench/ingest.py's producer
+    processes at `rate`, and the HTTP view a dashboard reads. Answers `sent` with the
+    events its model has ingested so far."""
+    import multiprocessing as mp
+
+    from bench.ingest import producer
+    from commviz.httpview import StateServer
+    from commviz.viewlink import ViewSource
+
+    feed = LiveFeed(f"ipc://{tempfile.mkdtemp(prefix='cvz-render-')}/w.sock").start()
+    ctx = mp.get_context("fork")
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=producer, args=(feed.addr, list(range(n))[i::2], n, seconds, rate, go, out),
+                         daemon=True) for i in range(2)]
+    for p in procs:
+        p.start()
+    while True:
+        with feed.lock:
+            if len(feed.model.ranks) >= n:
+                break
+        time.sleep(0.05)
+    http = StateServer(feed, "127.0.0.1", 0, views=ViewSource(feed, title=f"bench {n} ranks")).start()
+    conn.send(http.url)
+    t0 = time.perf_counter()
+    go.set()
+    while conn.recv() == "sent":
+        with feed.lock:
+            conn.send((feed.model.events, time.perf_counter() - t0))
+    for p in procs:
+        p.kill()
+    http.close()
+    feed.close()
+
+
 def _timed(store: list[float], fn):
     def wrapper(*a, **kw):
         t = time.perf_counter()
@@ -150,15 +192,27 @@ def _timed(store: list[float], fn):
 
 
 async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], anim_hz: float, warmup: float,
-                  each: bool = False) -> dict:
-    if each:
+                  ingest: str = "batches") -> dict:
+    each, remote = ingest == "each", ingest == "remote"
+    if remote:
+        import multiprocessing as mp
+
+        from commviz.viewlink import RemoteFeed
+
+        conn, theirs = mp.Pipe()
+        child = mp.get_context("spawn").Process(target=_collector, args=(n, rate, warmup + seconds + 5, theirs))
+        child.start()
+        feed = RemoteFeed(conn.recv())
+        prod = _RemoteCount(conn)
+    elif each:
         feed = BenchFeed()
         prod = Producer(feed, n, rate)
     else:
         feed = LiveFeed(f"ipc://{tempfile.mkdtemp(prefix='cvz-render-')}/w.sock")
         feed.start()
         prod = FrameProducer(feed, n, rate)
-    prod.hello()
+    if not remote:
+        prod.hello()
     frames: list[float] = []
     data_ticks: list[float] = []
     anim_ticks: list[float] = []
@@ -194,6 +248,8 @@ async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], an
         prod.join(5)
         if not each:
             feed.close()
+        if remote:
+            child.join(10)
         flow = app.query_one("#flow")
         kind = flow.flow_layout.kind if flow.flow_layout else "-"
     span = t1 - t0
@@ -209,8 +265,30 @@ async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], an
         "lock_hold_max_ms": 1e3 * max(holds) if holds else 0.0,
         "events_per_s": (sent1 - sent0) / span,
         "producer_lock_wait_ms": 1e3 * max(prod.lock_waits) if prod.lock_waits else 0.0,
-        "model_events": feed.model.events,
+        "model_events": feed.model.events if feed.model is not None else None,
     }
+
+
+class _RemoteCount:
+    """The producer as `run_one` reads it, when it runs in the collector's process."""
+
+    def __init__(self, conn) -> None:
+        self.conn, self.lock_waits = conn, []
+        self.stop = self
+
+    @property
+    def sent(self) -> int:
+        self.conn.send("sent")
+        return self.conn.recv()[0]
+
+    def start(self) -> None:
+        pass
+
+    def set(self) -> None:
+        self.conn.send("stop")
+
+    def join(self, timeout: float) -> None:
+        pass
 
 
 def _p95(xs: list[float]) -> float:
@@ -228,8 +306,9 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=1.5)
     ap.add_argument("--size", default="160x50", help="terminal WxH (default 160x50)")
     ap.add_argument("--anim-hz", type=float, default=30.0)
-    ap.add_argument("--ingest", choices=("batches", "each"), default="batches",
-                    help="frames through the live feed's queue (as commviz watch), or each event on its own")
+    ap.add_argument("--ingest", choices=("batches", "each", "remote"), default="batches",
+                    help="frames through the live feed's queue in this process, each event on its own, or "
+                         "(remote) a collector in another process that this dashboard reads as `commviz watch` does")
     args = ap.parse_args()
     w, h = (int(x) for x in args.size.lower().split("x"))
     print(f"terminal {w}x{h}, animation {args.anim_hz:g}/s, data 4/s, target {args.rate:,.0f} events/s, "
@@ -238,7 +317,7 @@ def main() -> None:
             f"{'anim tick':>10} {'lock hold (max)':>16} {'events/s held':>14}")
     print(head)
     for n in (int(x) for x in args.ranks.split(",")):
-        r = asyncio.run(run_one(n, args.rate, args.seconds, (w, h), args.anim_hz, args.warmup, args.ingest == "each"))
+        r = asyncio.run(run_one(n, args.rate, args.seconds, (w, h), args.anim_hz, args.warmup, args.ingest))
         print(f"{r['ranks']:>6} {r['layout']:>6} {r['fps']:>9.1f} {r['frame_ms']:>9.2f} {r['frame_p95_ms']:>7.2f} "
               f"{r['data_tick_ms']:>8.2f}ms {r['anim_tick_ms']:>8.2f}ms "
               f"{r['lock_hold_ms']:>6.2f}ms ({r['lock_hold_max_ms']:>5.1f}) "

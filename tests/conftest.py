@@ -14,3 +14,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("native"):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def sockdir(tmp_path):
+    """A private directory for a listener's socket (the transport checks its mode)."""
+    d = tmp_path / "commviz-test"
+    d.mkdir(mode=0o700)
+    return d

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import os
 import urllib.request
 
 import pytest
@@ -351,7 +352,10 @@ def test_watch_serves_metrics_while_the_dashboard_runs_and_stops_after(tmp_path,
     seen = {}
 
     def fake_app(feed, title, job=None, topology=None, simulate=False):
-        seen["status"] = feed.status()
+        from commviz.viewlink import ViewQuery
+
+        seen["status"] = feed.fetch(ViewQuery()).status  # the status line the dashboard draws
+        seen["collector"] = feed.collector.proc
         with urllib.request.urlopen(feed.metrics_url, timeout=30) as resp:
             seen["text"] = resp.read().decode()
         feed.close()
@@ -359,7 +363,8 @@ def test_watch_serves_metrics_while_the_dashboard_runs_and_stops_after(tmp_path,
 
     monkeypatch.setattr(watch_cmd, "run_app", fake_app)
     assert main(["watch", "--listen", f"ipc://{d}/w.sock", "--metrics", "127.0.0.1:0"]) == 0
-    assert "metrics http://127.0.0.1:" in seen["status"]
+    assert "metrics http://127.0.0.1:" in seen["status"] and seen["status"].startswith("listening on ipc://")
+    assert seen["collector"].pid != os.getpid() and seen["collector"].poll() is not None  # its own process, gone
     names = {f.name for f in text_string_to_metric_families(seen["text"])}
     assert {"commviz_events", "commviz_ranks", "commviz_ingest_lag_seconds"} <= names
     url = seen["status"].split("metrics ", 1)[1].split(" ", 1)[0]

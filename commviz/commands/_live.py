@@ -30,19 +30,26 @@ def token(addr: str) -> str | None:
 
 
 def open_feed(listen: str | None, private_name: str | None, record_to: str | None, hang_after_s: float,
-              with_rings: bool):
+              with_rings: bool, ring_dir: str | None = None):
     """A started `LiveFeed`, and the directory our launched job's crash rings go to
-    (`with_rings`; None otherwise). Raises CommvizError when it cannot listen."""
+    (`ring_dir`, or a new one `with_rings`; None otherwise). Raises CommvizError when
+    it cannot listen."""
     from commviz.watcher import LiveFeed
 
     try:
         addr = listen_addr(listen, private_name)
-        ring_dir = tempfile.mkdtemp(prefix="rings-", dir=private_dir()) if with_rings else None
+        if with_rings and ring_dir is None:
+            ring_dir = new_ring_dir()
         feed = LiveFeed(addr, record_to=record_to, hang_after_s=hang_after_s, ring_dir=ring_dir,
                         token=token(addr)).start()
     except (AddressError, OSError) as exc:
         raise CommvizError(str(exc)) from exc
     return feed, ring_dir
+
+
+def new_ring_dir() -> str:
+    """A private directory for the crash rings of a job we launch (COMMVIZ_RING_DIR)."""
+    return tempfile.mkdtemp(prefix="rings-", dir=private_dir())
 
 
 METRICS_HELP = ("serve Prometheus metrics on HOST:PORT (a bare PORT listens on 127.0.0.1 only; "

@@ -7,6 +7,7 @@ prometheus-client is installed, `/metrics`."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import signal
@@ -31,6 +32,12 @@ def add_arguments(p) -> None:
     p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP + " (also on --http)")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
+    # What `watch`, `demo` and `lesson` start it with (commands/_collector.py): stop when
+    # that process is gone; on SIGUSR1 mark every running rank stopped by it; collect
+    # the crash rings of the job it launched.
+    p.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--stop-by", default="commviz serve", help=argparse.SUPPRESS)
+    p.add_argument("--ring-dir", default=None, help=argparse.SUPPRESS)
 
 
 def run(args, cmd: list[str]) -> int:
@@ -39,7 +46,8 @@ def run(args, cmd: list[str]) -> int:
     from commviz.topo.hosts import HostTopologies
     from commviz.viewlink import ViewSource, write_note
 
-    feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=False)
+    feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=bool(args.ring_dir),
+                        ring_dir=args.ring_dir)
     http = endpoint = note = None
     try:
         endpoint = start_metrics(args.metrics, feed)
@@ -59,9 +67,10 @@ def run(args, cmd: list[str]) -> int:
             print(f"  metrics: {endpoint.url}", flush=True)
         if args.output:
             print(f"  writing every event to {args.output}", flush=True)
-        stopping = []
+        stopping, notes = [], []
         signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
-        _loop(feed, stopping, args.for_s)
+        signal.signal(signal.SIGUSR1, lambda *a: notes.append(args.stop_by))
+        _loop(feed, stopping, args.for_s, notes, args.parent)
     except KeyboardInterrupt:
         pass
     finally:
@@ -80,13 +89,22 @@ def run(args, cmd: list[str]) -> int:
     return 0
 
 
-def _loop(feed, stopping: list, for_s: float | None) -> None:
-    """Say each new diagnosis once, and ranks as they come and go."""
+def _loop(feed, stopping: list, for_s: float | None, notes: list | None = None, parent: int | None = None) -> None:
+    """Say each new diagnosis once, and ranks as they come and go; mark the stops
+    asked for (`notes`, by SIGUSR1: here, not in the handler, which could interrupt
+    this loop while it holds the model's lock); stop when `parent` is gone."""
     said: set[str] = set()
     ranks_seen = 0
     t_end = time.monotonic() + for_s if for_s else None
+    notes = [] if notes is None else notes
     while not stopping and (t_end is None or time.monotonic() < t_end):
-        time.sleep(CHECK_EVERY_S)
+        time.sleep(CHECK_EVERY_S if not notes else 0)
+        while notes:
+            feed.note_stop(notes.pop(), "quit while it ran")
+            print("  stop noted", flush=True)
+        if parent is not None and os.getppid() != parent:
+            print("commviz serve: the dashboard that started it is gone", flush=True)
+            break
         with feed.lock:
             found = feed.model.findings(time.time_ns()).diagnoses
             n = len(feed.model.ranks)

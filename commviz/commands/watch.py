@@ -1,5 +1,6 @@
 """`commviz watch [-- CMD…]`: the dashboard on live events; with `-- CMD` it also
-launches the job (its output goes to a log file: the dashboard owns the terminal)."""
+launches the job (its output goes to a log file: the dashboard owns the terminal).
+The collector runs in a child process (`--connect`: one that runs already)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 from commviz import launch
 from commviz.commands._dashboard import run_app, topology_option
-from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_metrics
+from commviz.commands._live import METRICS_HELP, listen_addr, metrics_addr, new_ring_dir, token
 from commviz.commands.base import TOPOLOGY_HELP, Command
 
 
@@ -33,27 +34,32 @@ def run(args, cmd: list[str]) -> int:
 
 def watch(cmd: list[str], listen: str | None = None, record_to: str | None = None, topology: str | None = None,
           hang_after_s: float = 10.0, title: str = "commviz watch", metrics: tuple[str, int] | None = None) -> int:
+    """The dashboard on a collector of its own (commands/_collector.py: `commviz
+    serve` in a child process, so drawing never waits for ingest's GIL), and the job
+    when there is one."""
+    from commviz.commands._collector import SpawnedCollector, SpawnedFeed
+    from commviz.errors import CommvizError
+    from commviz.transport.address import AddressError
+
     topo = topology_option(topology, local=True)
-    private = f"watch-{os.getpid()}.sock" if cmd else None
-    feed, ring_dir = open_feed(listen, private, record_to, hang_after_s, with_rings=bool(cmd))
-    endpoint = job = None
     try:
-        endpoint = start_metrics(metrics, feed)  # its address is on the status line
+        addr = listen_addr(listen, f"watch-{os.getpid()}.sock" if cmd else None)
+        token(addr)  # a TCP listener's, made here: the collector, this view and the job inherit it
+        ring_dir = new_ring_dir() if cmd else None
+    except (AddressError, OSError) as exc:
+        raise CommvizError(str(exc)) from exc
+    feed = SpawnedFeed(SpawnedCollector(addr, record_to, hang_after_s, metrics, ring_dir))
+    job = None
+    try:
         if cmd:
             # Ranks capture stacks of ops stuck half the hang threshold (at most 3 s).
             job = launch.Job(cmd, feed.addr, stack_after_s=max(0.5, min(3.0, hang_after_s / 2)), ring_dir=ring_dir,
                              log=True)
             job.start()
     except BaseException:
-        if endpoint is not None:
-            endpoint.close()
         feed.close()
         raise
-    try:
-        return run_app(feed, title, job, topology=topo, simulate=bool(topology))
-    finally:
-        if endpoint is not None:
-            endpoint.close()
+    return run_app(feed, title, job, topology=topo, simulate=bool(topology))
 
 
 def connect(args, cmd: list[str]) -> int:
