@@ -42,7 +42,7 @@ No latency histogram: the model keeps each (op, group)'s durations as a uniform
 reservoir (65,536 samples, `model/stats.py`), not bucket counts; buckets derived from
 it would go down as samples are replaced, which `rate()` reads as counter resets.
 Exact buckets need counting on the ingest path (`OpStats.add` and the batch path's
-`columns._complete`); until then the summary's p50/p99 and the exact _sum/_count
+`columns._fold_fast`); until then the summary's p50/p99 and the exact _sum/_count
 (mean latency: rate(_sum) / rate(_count)) stand in.
 
 Cardinality, bounded at 1,024 ranks and beyond:

@@ -40,7 +40,7 @@ from commviz import ops as opcat
 from commviz.events import OpStart
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
-from commviz.model.store import END, OTHER, START, EventStore, _pick, object_columns
+from commviz.model.store import END, OTHER, START, Chunk
 from commviz.model.straggler import Arrival
 from commviz.model.track import InFlight, Instance
 
@@ -81,56 +81,6 @@ class Deferred:
     def credit(self, args: tuple, kwargs: dict) -> None:
         self.traffic.append((self.pos, args, kwargs))
 
-
-class Chunk:
-    """Events to ingest in order, as columns.
-
-    `store` holds the events in the order they were read, which is the order they lie
-    in memory: a list of objects (their fields are read once, in that order: the CPU's
-    caches reward it; reading them in ingest order, interleaved across ranks, costs
-    twice as much) or an `EventStore` (columns already, objects made when asked).
-    `at[i]` is the store index of the i-th event to ingest; the columns are in ingest
-    order. `sig` numbers each start's (op, group, bytes, dtype, root, reduce_op) in
-    `sigs`; `err`, `ebytes`, `dev` are each end's error-or-captured flag, bytes and
-    device time."""
-
-    def __init__(self, store: Sequence, ranks: np.ndarray, at: np.ndarray | None = None) -> None:
-        if type(store) is EventStore:
-            cols, sigs = store.columns(), store.sigs
-        else:
-            cols, sigs = object_columns(store)
-        m = len(store)
-        if at is None:
-            at = np.arange(m, dtype=np.int64)
-        else:
-            cols, ranks = tuple(c[at] for c in cols), ranks[at]
-        self.store, self.at, self.sigs = store, at, sigs
-        (self.kind, self.id, self.t, self.seq, self.sig, self.err, self.ebytes, self.dev) = cols
-        self.rank = ranks
-
-    def __len__(self) -> int:
-        return len(self.at)
-
-    def event(self, i: int):
-        return self.store[self.at[i]]
-
-    def events(self, idx: np.ndarray, whole: dict | None = None) -> list:
-        """The objects of events `idx` (positions in the chunk); `whole`: see
-        `EventStore.objects`."""
-        if type(self.store) is EventStore:
-            return self.store.objects(self.at[idx], whole)
-        return list(_pick(self.store, self.at[idx]))
-
-    def part(self, lo: int, hi: int) -> "Chunk":
-        """Events lo..hi-1, sharing the store and the table."""
-        c = object.__new__(Chunk)
-        c.store, c.sigs = self.store, self.sigs
-        for f in _FIELDS:
-            setattr(c, f, getattr(self, f)[lo:hi])
-        return c
-
-
-_FIELDS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank")
 
 
 def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:
@@ -674,7 +624,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
                 if opens is not None and p.holed[i]:
                     opens.open(i)
                 else:
-                    _complete(model, p, i, stats, shed, OpStats)
+                    _fold_fast(model, p, i, stats, shed, OpStats)
                 j += 1
             while k < ne and ended.pos[k] < pos:
                 on_op(*ended.args(k))
@@ -686,7 +636,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             if opens is not None and p.holed[i]:
                 opens.open(i)
             else:
-                _complete(model, p, i, stats, shed, OpStats)
+                _fold_fast(model, p, i, stats, shed, OpStats)
             j += 1
         while k < ne:
             on_op(*ended.args(k))
@@ -759,7 +709,9 @@ class _Openings:
         self.model.pending[(group, inst.seq)] = inst
 
 
-def _complete(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:
+def _fold_fast(model: Model, p: _Plan, i: int, stats: dict, shed: bool, OpStats) -> None:
+    """A fast instance's completion, as `Model._fold` makes it: one statistics row,
+    one straggler arrival."""
     op, group = p.sig_list[p.i_sig[i]][:2]
     st = stats.get((op, group))
     if st is None:

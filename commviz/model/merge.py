@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, NamedTuple
 import numpy as np
 
 from commviz.events import Batch, Event, Hello
-from commviz.model.columns import Chunk
+from commviz.model.store import Chunk
 from commviz.model.store import ColFrame, EventStore, Objects
 
 

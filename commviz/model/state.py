@@ -42,6 +42,7 @@ from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
 from commviz.model.flows import Traffic
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
+from commviz.model.store import Chunk
 from commviz.model.straggler import StragglerWatch
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracker
@@ -412,13 +413,13 @@ class Model:
             self.ingest(rank, ev)
         self.end_of_trace(cut_off, snapshot)
 
-    def ingest_chunk(self, chunk: columns.Chunk) -> None:
-        """Every event of a `columns.Chunk`, in its order, a batch at a time."""
+    def ingest_chunk(self, chunk: Chunk) -> None:
+        """Every event of a `Chunk`, in its order, a batch at a time."""
         columns.ingest_chunk(self, chunk)
 
-    def ingest_chunks(self, chunks: Iterable[columns.Chunk], cut_off: bool = False,
+    def ingest_chunks(self, chunks: Iterable[Chunk], cut_off: bool = False,
                       snapshot: bool = False, after_chunk: Callable[[], None] | None = None) -> None:
-        """`ingest_ordered` for a trace handed on as `columns.Chunk`s in the one order
+        """`ingest_ordered` for a trace handed on as `Chunk`s in the one order
         (`clock.order_stream_chunks`), then `end_of_trace`. `after_chunk` is called
         after each chunk (a streaming exporter writes out what it was handed)."""
         # Decoding and merging allocate millions of short-lived, acyclic objects: the
@@ -485,7 +486,7 @@ class Model:
         members = len(g.ranks)
         for key, inst in list(self.pending.items()):
             if key[0] == g.group and members and len(inst.ended) >= members:
-                self._complete(inst)
+                self._fold(inst)
 
     def _host_topology(self, ev: HostTopology) -> None:
         """Kept as sent: a resync sends the same document again, and a host past the
@@ -557,7 +558,7 @@ class Model:
             self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                          dict(failed=bool(e.error), root=s.root, members=members, arrived=inst.last_arrival))
         if members and len(inst.ended) >= len(members):
-            self._complete(inst)
+            self._fold(inst)
 
     def _credit(self, args: tuple, kwargs: dict) -> None:
         if self._deferred is None:
@@ -565,7 +566,7 @@ class Model:
         else:
             self._deferred.credit(args, kwargs)
 
-    def _complete(self, inst: Instance, complete: bool = True) -> None:
+    def _fold(self, inst: Instance, completed: bool = True) -> None:
         """Fold an instance every member has left (or one that can no longer complete)
         into the statistics; keep what the diagnoses need from it."""
         self.pending.pop((inst.group, inst.seq), None)
@@ -576,7 +577,7 @@ class Model:
             return
         g = self.groups.get(inst.group)
         members = list(g.ranks) if g is not None else sorted(inst.starts)
-        if complete:
+        if completed:
             self.stragglers.add(inst, members)
         d = desync_mod.collective_desync(inst, members, self.gone_note, finished=True)
         if d is not None:
@@ -617,10 +618,10 @@ class Model:
                 b = behind[inst.group] = ([q for q, _ in by], [m for _, m in by])
             n = bisect.bisect_right(b[0], inst.seq)
             if n <= len(ended) and all(m in ended for m in itertools.islice(b[1], n)):
-                self._complete(inst, complete=False)
+                self._fold(inst, completed=False)
         while len(self.pending) > MAX_PENDING:
             self.tracker.evicted_instances += 1
-            self._complete(next(iter(self.pending.values())), complete=False)
+            self._fold(next(iter(self.pending.values())), completed=False)
         self._sweep_at = max(SWEEP_FIRST, 2 * len(self.pending))
         self.sweeps += 1
 

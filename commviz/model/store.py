@@ -358,3 +358,53 @@ def _store_block(st: EventStore, frames: list, table: dict) -> tuple:
         sig = sig.copy()
         sig[s] = lut[sig[s]]
     return (st.kind, st.id, st.t, st.seq, sig, st.err, st.ebytes, st.dev, st.rank, src, st.pos, st.off, st.len)
+
+class Chunk:
+    """Events to ingest in order, as columns.
+
+    `store` holds the events in the order they were read, which is the order they lie
+    in memory: a list of objects (their fields are read once, in that order: the CPU's
+    caches reward it; reading them in ingest order, interleaved across ranks, costs
+    twice as much) or an `EventStore` (columns already, objects made when asked).
+    `at[i]` is the store index of the i-th event to ingest; the columns are in ingest
+    order. `sig` numbers each start's (op, group, bytes, dtype, root, reduce_op) in
+    `sigs`; `err`, `ebytes`, `dev` are each end's error-or-captured flag, bytes and
+    device time."""
+
+    def __init__(self, store: Sequence, ranks: np.ndarray, at: np.ndarray | None = None) -> None:
+        if type(store) is EventStore:
+            cols, sigs = store.columns(), store.sigs
+        else:
+            cols, sigs = object_columns(store)
+        m = len(store)
+        if at is None:
+            at = np.arange(m, dtype=np.int64)
+        else:
+            cols, ranks = tuple(c[at] for c in cols), ranks[at]
+        self.store, self.at, self.sigs = store, at, sigs
+        (self.kind, self.id, self.t, self.seq, self.sig, self.err, self.ebytes, self.dev) = cols
+        self.rank = ranks
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+    def event(self, i: int):
+        return self.store[self.at[i]]
+
+    def events(self, idx: np.ndarray, whole: dict | None = None) -> list:
+        """The objects of events `idx` (positions in the chunk); `whole`: see
+        `EventStore.objects`."""
+        if type(self.store) is EventStore:
+            return self.store.objects(self.at[idx], whole)
+        return list(_pick(self.store, self.at[idx]))
+
+    def part(self, lo: int, hi: int) -> "Chunk":
+        """Events lo..hi-1, sharing the store and the table."""
+        c = object.__new__(Chunk)
+        c.store, c.sigs = self.store, self.sigs
+        for f in _FIELDS:
+            setattr(c, f, getattr(self, f)[lo:hi])
+        return c
+
+
+_FIELDS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank")

@@ -83,7 +83,7 @@ class DiagnosisTicks:
         self.marks: list[Tick] = []
 
     def saw_chunk(self, chunk) -> None:
-        """Each start's (group, seq, op) first seen, and the marks, of a `columns.Chunk`
+        """Each start's (group, seq, op) first seen, and the marks, of a `Chunk`
         (its `times` from the merge)."""
         kind, times = chunk.kind, chunk.times
         fs = self.first_start

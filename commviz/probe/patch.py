@@ -186,7 +186,7 @@ def _c_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe, slow):
     name = spec.name
 
     def complete(op_id, t0, peer, g, result):
-        _complete(probe, Rec(op_id, name, t0, peer, False, g.backend), result)
+        _hand_on(probe, Rec(op_id, name, t0, peer, False, g.backend), result)
 
     return _CFastWrapper(orig, slow, probe, probe.tls, name, probe.queue, probe.cfg.queue_cap, probe.ids,
                          probe.groups, probe.health, p2p, always_async, seq_key, bi, gi, ai, ri, pi, red_default,
@@ -354,13 +354,15 @@ def _fast_wrapper(orig, spec: opcat.OpSpec, am: ArgMap, probe):
             if ring is not None:
                 probe.ring_end(op_id, t1)  # never raises (trace/ring.py)
             return result
-        _complete(probe, Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result)
+        _hand_on(probe, Rec(op_id, name, start[S_T], peer, on_cuda, g.backend), result)
         return result
 
     return wrapper
 
 
-def _complete(probe, rec: Rec, result) -> None:
+def _hand_on(probe, rec: Rec, result) -> None:
+    """The op's record to the probe's completion path; a fault there is counted,
+    never raised into the job."""
     try:
         probe.complete(rec, result, None)
     except Exception as exc:

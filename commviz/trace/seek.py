@@ -142,7 +142,7 @@ class ChunkCursor:
         self._k -= 1
 
     def take_chunks(self, t_max: int, n_left: int | None) -> Iterator:
-        """The events still to come, as `columns.Chunk`s with their `times`, as long as
+        """The events still to come, as `store.Chunk`s with their `times`, as long as
         a chunk lies whole at or before `t_max` and within `n_left` events."""
         while True:
             if self._k >= self._n:

@@ -236,7 +236,7 @@ class TraceStream:
         return ChunkMerge.resume(state, self._frames(state.positions, count=False, columns=True))
 
     def chunks(self, chunk: int = CHUNK) -> Iterator:
-        """The same order as `events`, as `model.columns.Chunk`s for `Model.ingest_chunks`,
+        """The same order as `events`, as `model.store.Chunk`s for `Model.ingest_chunks`,
         sorted `chunk` events at a time."""
         return order_stream_chunks(self._sources(columns=True), self.first_offset, chunk)
 

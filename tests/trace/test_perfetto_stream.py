@@ -18,7 +18,7 @@ import numpy as np
 from commviz.events import Batch, Mark, OpEnd, OpStart, Stopped, encode_batch
 from commviz.model import Model
 from commviz.model.merge import order_events
-from commviz.model.columns import Chunk
+from commviz.model.store import Chunk
 from commviz.trace import perfetto, sources
 from commviz.trace.file import TraceWriter
 from commviz.trace.perfetto import ChromeTraceWriter, export_stream, to_chrome_trace
