@@ -175,7 +175,9 @@ class RemoteFeed:
         self.lock = None
         self.failures = 0
         self._last_ok = time.monotonic()
-        self._info = {"world_size": None, "backend": None, "job": None, "events": 0, "nranks": 0, "start": None}
+        from commviz.tui.snapshot import ModelInfo
+
+        self._info = ModelInfo()
         hello = loads(self._get("/view/hello"))
         if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
             raise ViewError(f"{self.url} speaks view protocol {getattr(hello, 'get', lambda k: None)('protocol')}, "

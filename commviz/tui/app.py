@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Footer, Header, Static
 from commviz.tui.alerts import DiagnosisScreen
 from commviz.tui.feed import Feed, ReplayFeed
 from commviz.tui.fmt import format_count, format_seconds
-from commviz.tui.snapshot import Fetched, Snapshot, fetch
+from commviz.tui.snapshot import Fetched, ModelInfo, Snapshot, fetch
 from commviz.viewlink import RemoteFeed, ViewQuery
 from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
@@ -197,7 +197,7 @@ class WatchApp(App):
         """The data clock: ask the update thread for a snapshot (the tables only
         every `table_every`-th time); it arrives as `SnapshotFetched`."""
         every = self.table_every
-        if self.snapshot is not None and self.snapshot.info["nranks"] > MAX_RANK_ROWS:
+        if self.snapshot is not None and self.snapshot.info.nranks > MAX_RANK_ROWS:
             # Past 128 ranks the tables' text changes on most rows every tick: once a
             # second is as fast as it can be read, and it leaves the UI thread to the
             # flow view's animation (bench/render.py: 12 -> ~18 frames/s at 1,024 ranks).
@@ -249,7 +249,7 @@ class WatchApp(App):
         self._update_status(fetched.status, fetched.info, fetched.now)
 
     def _show(self, snap: Snapshot, tables: bool = True) -> None:
-        empty = snap.info["nranks"] == 0
+        empty = snap.info.nranks == 0
         self._empty.display = empty
         self._body.display = not empty
         focus = snap.focus
@@ -273,29 +273,29 @@ class WatchApp(App):
                 self._summary_events = -1  # a new job: its own summary when it ends
             self.refresh_bindings()
         if ended and snap.summary is not None:
-            self._summary_events = snap.info["events"]
+            self._summary_events = snap.info.events
             self._summary_text.update(summary_renderable(snap.summary))
         on = self.ended and not self.show_flow
         self._summary.display = on
         self._flow.display = self._tp.display = not on
         self._body.set_class(on, "-summary")  # the links panel has nothing to say now
 
-    def _update_status(self, feed_status: str, info: dict, now: int) -> None:
+    def _update_status(self, feed_status: str, info: ModelInfo, now: int) -> None:
         t = Text(feed_status, style="bold")
         t.append("\n")
-        if info["world_size"]:
-            t.append(f"world {info['world_size']}", style="bold")
-            t.append(f" · {info['backend'] or '?'}")
-            if info["job"]:
-                t.append(f" · job {short_job(info['job'])}")
+        if info.world_size:
+            t.append(f"world {info.world_size}", style="bold")
+            t.append(f" · {info.backend or '?'}")
+            if info.job:
+                t.append(f" · job {short_job(info.job)}")
         else:
             t.append("no job yet", style="dim")
-        t.append(f" · {format_count(info['events'])} events")
-        rate = self._event_rate(self._clock(), info["events"])
+        t.append(f" · {format_count(info.events)} events")
+        rate = self._event_rate(self._clock(), info.events)
         if rate is not None:
             t.append(f" ({format_count(int(rate))}/s)")
-        if info["start"] is not None:
-            t.append(f" · elapsed {format_seconds(max(0, now - info['start']) / 1e9)}")
+        if info.start is not None:
+            t.append(f" · elapsed {format_seconds(max(0, now - info.start) / 1e9)}")
         if self.focus_rank is not None:
             t.append(f" · focus rank {self.focus_rank}", style="bold")
         if self.ended:

@@ -26,7 +26,7 @@ RECENT_EDGE_NS = 10_000_000_000
 @dataclass
 class Snapshot:
     now: int
-    info: dict
+    info: ModelInfo
     rank_rows: list[dict] = field(default_factory=list)
     op_rows: list[dict] = field(default_factory=list)
     alerts: list = field(default_factory=list)
@@ -56,7 +56,7 @@ class Fetched:
 
     now: int
     status: str
-    info: dict
+    info: ModelInfo
     snap: Snapshot | None
     lock_wait_s: float = 0.0
     lock_hold_s: float = 0.0
@@ -107,15 +107,22 @@ def fabric_label(topology) -> str | None:
     return "NVLink+PCIe" if gpu_links else "PCIe"
 
 
-def model_info(m) -> dict:
-    return {
-        "world_size": m.world_size,
-        "backend": m.backend,
-        "job": m.job,
-        "events": m.events,
-        "nranks": len(m.ranks),
-        "start": min((r.hello.wall_ns for r in m.ranks.values() if r.hello), default=None),
-    }
+@dataclass(frozen=True)
+class ModelInfo:
+    """The headline the status line and the ranks table's title read, every tick,
+    even while the view is frozen (no snapshot then)."""
+
+    world_size: int | None = None
+    backend: str | None = None
+    job: str | None = None
+    events: int = 0
+    nranks: int = 0
+    start: int | None = None  # the earliest hello's wall ns: the job's elapsed time counts from it
+
+
+def model_info(m) -> ModelInfo:
+    return ModelInfo(m.world_size, m.backend, m.job, m.events, len(m.ranks),
+                     min((r.hello.wall_ns for r in m.ranks.values() if r.hello), default=None))
 
 
 def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: bool) -> tuple[Place, bool]:

@@ -36,7 +36,7 @@ def test_the_dashboard_draws_a_collector_in_another_process_and_quitting_marks_t
         pid = feed.collector.proc.pid
         assert pid != os.getpid()
         c = _rank_sends(feed.addr, 0, 5)
-        assert wait_for(lambda: (feed.fetch(ViewQuery()).info or {}).get("events") == 11, timeout=30)
+        assert wait_for(lambda: feed.fetch(ViewQuery()).info.events == 11, timeout=30)
         status = feed.fetch(ViewQuery()).status
         assert status.startswith(f"listening on {feed.addr} · 1 ranks · 11 events"), status
         feed.note_stop("commviz watch", "quit while it ran")

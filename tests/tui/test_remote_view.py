@@ -56,14 +56,14 @@ def test_a_remote_snapshot_is_the_embedded_one(collector):
     assert got.snap.rank_rows == here.snap.rank_rows
     assert got.snap.op_rows == here.snap.op_rows
     assert [d.message for d in got.snap.diagnoses] == [d.message for d in here.snap.diagnoses]
-    assert got.snap.focus == 1 and got.info["nranks"] == 2
+    assert got.snap.focus == 1 and got.info.nranks == 2
     assert got.status.startswith(f"view of {server.url}")
 
 
 def test_a_frozen_view_gets_only_the_headline(collector):
     _, server = collector
     got = RemoteFeed(server.url).fetch(ViewQuery(frozen=True))
-    assert got.snap is None and got.info["events"] > 0
+    assert got.snap is None and got.info.events > 0
 
 
 def test_several_views_at_once_each_see_everything(collector):
@@ -91,7 +91,7 @@ def test_a_lost_collector_keeps_the_view_up_and_says_so(collector):
     server.close()
     got = remote.fetch(ViewQuery())
     assert got.snap is None and "collector lost" in got.status and "commviz serve" in got.status
-    assert got.info["nranks"] == 2  # the last headline stays
+    assert got.info.nranks == 2  # the last headline stays
 
 
 def test_no_collector_is_a_clear_error():
@@ -170,7 +170,7 @@ def test_a_collector_is_found_by_the_address_its_ranks_use(collector, tmp_path):
         resolve(addr)
     write_note(addr, server.url)
     assert resolve(addr) == server.url
-    assert RemoteFeed(addr).fetch(ViewQuery()).snap.info["nranks"] == 2
+    assert RemoteFeed(addr).fetch(ViewQuery()).snap.info.nranks == 2
     assert resolve("9400") == "http://127.0.0.1:9400" and resolve("h:1") == "http://h:1"
 
 

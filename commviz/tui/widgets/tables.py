@@ -277,8 +277,8 @@ class RanksTable(SnapshotTable):
                 row["cpu"], row["rss"] = cpu_rss
         self.sync([(str(r["rank"]), rank_cells(r)) for r in shown])
         info = snap.info
-        ws = info["world_size"]
-        title = f"Ranks {info['nranks']}/{ws}" if ws else "Ranks"
+        ws = info.world_size
+        title = f"Ranks {info.nranks}/{ws}" if ws else "Ranks"
         if len(shown) < len(snap.rank_rows):
             title += f" · {len(shown)} shown, trouble first"
         self.border_title = title
@@ -344,7 +344,7 @@ class AlertsTable(SnapshotTable):
     def show(self, snap: Snapshot) -> None:
         alerts = snap.alerts
         self.payloads = {key: payload for key, _, payload in alerts}
-        self.display = bool(alerts) and snap.info["nranks"] > 0
+        self.display = bool(alerts) and snap.info.nranks > 0
         if alerts:
             self.sync([(key, cells) for key, cells, _ in alerts])
             self.border_title = f"Alerts ({len(alerts)})"
