@@ -15,6 +15,7 @@ from typing import Callable
 # A decoded event costs about this much memory (msgspec Structs and their fields),
 # measured on a batch of 4,096 ops: ~260 bytes each, against ~35 on the wire.
 EVENT_BYTES = 256
+WIRE_BYTES = 48  # an op's start or end on the wire is 30-45 bytes: a frame holds at least len/48 events
 
 
 def cost(payload: bytes, n_events: int) -> int:
@@ -34,6 +35,14 @@ class Inbox:
         self._ready = threading.Event()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="commviz-ingest", daemon=True)
+
+    def full_for(self, payload: bytes) -> bool:
+        """Whether a frame would be turned away now, by the cost its size suggests
+        (WIRE_BYTES an event): the reader asks before it decodes one, so a flood the
+        model cannot take costs it no decoding (that decoding took the core the model
+        needed to catch up). A frame that would have just fit may go with the rest."""
+        queued = self._in - self._out
+        return bool(queued) and queued + cost(payload, len(payload) // WIRE_BYTES) > self.max_bytes
 
     def put(self, item: tuple, size: int) -> bool:
         """Queue one decoded frame; False (and nothing kept) when it would not fit."""

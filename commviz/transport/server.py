@@ -259,6 +259,9 @@ class Server:
                 else:
                     turned = self._reject(ident, now, payload, where)
                 continue
+            if self._inbox.full_for(payload):  # shed (or refused) as it stands, not decoded first
+                turned |= not self._accept(ident, None, payload, now)
+                continue
             try:
                 batch = self._decode(payload)
             except FrameError:
@@ -315,9 +318,10 @@ class Server:
             n = self.shed.by_peer.get(ident, 0)
             self.on_error(_name(ident), f"{why}: its frames are shed ({n} so far)")
 
-    def _accept(self, ident: bytes, batch: Batch, payload: bytes, now: float) -> bool:
+    def _accept(self, ident: bytes, batch: Batch | None, payload: bytes, now: float) -> bool:
         """A valid frame: to the model, unless its peer is one too many, sends too
-        fast, or the model is too far behind. False when it was not taken."""
+        fast, or the model is too far behind (`batch` None: the inbox had no room for
+        it, so it was not decoded). False when it was not taken."""
         if ident not in self.peers:
             if len(self.peers) >= self.max_peers:
                 # forget peers silent for a minute (ranks of finished jobs) first
@@ -335,7 +339,7 @@ class Server:
             self._shed(ident, now, f"over {self.flood_limit} frames/s")
             self._acks.append(ident)
             return False
-        if not self._inbox.put((batch, payload, ident), cost(payload, batch_len(batch))):
+        if batch is None or not self._inbox.put((batch, payload, ident), cost(payload, batch_len(batch))):
             self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
             self._acks.append(ident)
             return False

@@ -266,3 +266,30 @@ def test_when_the_model_falls_behind_frames_are_shed_and_counted_per_peer(sockdi
     finally:
         gate.set()
         server.close()
+
+
+def test_frames_the_full_inbox_cannot_take_are_shed_without_being_decoded(sockdir):
+    """Behind a flood most frames are shed: decoding them first took the core the
+    model needed to catch up. They are still counted, per peer, exactly."""
+    import threading
+
+    from commviz.events import decode_batch
+
+    addr = f"ipc://{sockdir}/w.sock"
+    gate = threading.Event()
+    decoded = []
+    server = Server(addr, lambda b, r: gate.wait(10), lambda p, m: None, queue_bytes=2000,
+                    decode=lambda payload: (decoded.append(1), decode_batch(payload))[1]).start()
+    try:
+        c = Client(addr, identity=b"rank3-pid9")
+        frame = encode_batch(3, [hello(3)])
+        assert wait_for(lambda: c.send(frame))
+        for _ in range(50):
+            c.send(frame)
+        assert wait_for(lambda: server.frames + server.shed_frames == 51), (server.frames, server.shed_frames)
+        assert server.shed_frames > 30
+        assert len(decoded) <= server.frames + 1  # the shed ones were not decoded (one may race the check)
+        c.close()
+    finally:
+        gate.set()
+        server.close()
