@@ -248,7 +248,11 @@ def save(path: str, model, state) -> None:
 
 
 def load(ck: Checkpoint):
-    """(model, cursor state) saved at `ck`."""
+    """(model, cursor state) saved at `ck`. A plain unpickler, unlike a remote view's
+    (viewlink.py): the file is one this replay's own index pass wrote, in a directory
+    `mkdtemp` made readable and writable by this user alone, so nothing in it comes
+    from anyone this process does not already trust; the same holds for the pipe to
+    that pass."""
     with gzip.open(ck.file, "rb") as f:
         return pickle.load(f)
 
