@@ -33,11 +33,13 @@ class StateServer:
     `viewlink.ViewSource` answering /view and /view/hello for remote dashboards."""
 
     def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None,
-                 views=None) -> None:
+                 views=None, loopback_token: str | None = None) -> None:
+        """`loopback_token`: wanted even on loopback (the private view of a dashboard's
+        own collector: another user on the machine may reach 127.0.0.1 too)."""
         if not loopback_host(host) and not token:
             raise CommvizError(f"{host}:{port} is not loopback: the HTTP view needs a token there "
                                "(listen on tcp:// so the collector makes one, or bind the HTTP view to 127.0.0.1)")
-        self.feed, self.token = feed, (token if not loopback_host(host) else None)
+        self.feed, self.token = feed, (token if not loopback_host(host) else loopback_token)
         self.extra = dict(extra or {})
         self.views = views
         self.requests = 0

@@ -21,6 +21,7 @@ from commviz.viewlink import RemoteFeed, ViewError
 
 READY = "commviz serve: listening on "
 STOP_NOTED = "  stop noted"
+METRICS = "  metrics: "
 START_S = 60.0  # an import of commviz on a loaded machine takes seconds, not minutes
 NOTE_S = 3.0  # what quitting waits for the collector to mark the stop (it looks twice a second)
 CLOSE_S = 10.0  # what it waits for the collector to close the trace
@@ -32,7 +33,10 @@ class SpawnedCollector:
 
     def __init__(self, listen: str, record_to: str | None, hang_after_s: float,
                  metrics: tuple[str, int] | None = None, ring_dir: str | None = None,
-                 stop_by: str = "commviz watch") -> None:
+                 stop_by: str = "commviz watch", topology: str | None = None) -> None:
+        from commviz.commands.serve import VIEW_TOKEN_ENV
+        from commviz.transport.token import make_token
+
         argv = [sys.executable, "-m", "commviz.cli", "serve", "--listen", listen, "--hang-after", str(hang_after_s),
                 "--parent", str(os.getpid()), "--stop-by", stop_by]
         if record_to:
@@ -41,6 +45,12 @@ class SpawnedCollector:
             argv += ["--metrics", f"[{metrics[0]}]:{metrics[1]}" if ":" in metrics[0] else f"{metrics[0]}:{metrics[1]}"]
         if ring_dir:
             argv += ["--ring-dir", ring_dir]
+        if topology:
+            argv += ["--topology", topology]
+        # Its HTTP view is this dashboard's alone: another user on the machine reaches
+        # 127.0.0.1 too, so it wants a token of its own (not the job's: ranks never ask).
+        self.view_token = make_token()
+        env = dict(os.environ, **{VIEW_TOKEN_ENV: self.view_token, "PYTHONIOENCODING": "utf-8"})
         self.lines: collections.deque[str] = collections.deque(maxlen=50)
         self._noted = threading.Event()
         self._ready = threading.Event()
@@ -48,17 +58,22 @@ class SpawnedCollector:
         try:
             # Its own session: a Ctrl-C at the terminal is the dashboard's to handle.
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL, env=env,
+                                         start_new_session=True)
         except OSError as exc:
             raise CommvizError(f"could not start the collector ({exc})") from exc
         # Read for as long as it runs: a full pipe would stop it mid-print.
-        threading.Thread(target=self._read, name="commviz-collector-out", daemon=True).start()
+        self._reader = threading.Thread(target=self._read, name="commviz-collector-out", daemon=True)
+        self._reader.start()
         end = time.monotonic() + START_S
         while not self._ready.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > end:
                 self.close()
-                said = "\n".join(line for line in self.lines if line.strip()) or "(it printed nothing)"
-                raise CommvizError(f"the collector did not start:\n{said}")
+                self._reader.join(2.0)  # its last words, up to the end of the pipe
+                raise CommvizError(f"the collector did not start:\n{self.last_words()}")
+
+    def last_words(self) -> str:
+        return "\n".join(line for line in self.lines if line.strip()) or "(it printed nothing)"
 
     def _read(self) -> None:
         for line in self.proc.stdout:
@@ -67,8 +82,8 @@ class SpawnedCollector:
             if line.startswith(READY):
                 self.addr = line[len(READY):].split(" ", 1)[0]
                 self._ready.set()
-            elif line.startswith("  metrics: "):
-                self.metrics_url = line.split(": ", 1)[1]
+            elif line.startswith(METRICS):
+                self.metrics_url = line[len(METRICS):]
             elif line == STOP_NOTED:
                 self._noted.set()
 
@@ -99,18 +114,26 @@ class SpawnedFeed(RemoteFeed):
     def __init__(self, collector: SpawnedCollector) -> None:
         self.collector = collector
         try:
-            super().__init__(collector.addr, token=os.environ.get("COMMVIZ_TOKEN"))
+            super().__init__(collector.addr, token=collector.view_token)
         except ViewError:
             collector.close()
             raise
         self.addr = collector.addr
-        self.metrics_url = collector.metrics_url
+
+    @property
+    def metrics_url(self) -> str | None:
+        """(printed after the line the dashboard waited for: read when asked)"""
+        return self.collector.metrics_url
 
     def fetch(self, query):
         got = super().fetch(query)
         prefix = f"view of {self.url} · "
         if got.status.startswith(prefix):
             got.status = got.status[len(prefix):]
+        rc = self.collector.proc.poll()
+        if rc is not None:  # what is on screen is all there will be: say why
+            last = self.collector.last_words().splitlines()[-1]
+            got.status = f"the collector exited (status {rc}): {last} · the picture is its last"
         return got
 
     def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:

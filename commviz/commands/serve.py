@@ -18,6 +18,9 @@ from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_
 from commviz.commands.base import Command
 
 CHECK_EVERY_S = 0.5
+# Set by a dashboard that starts its own collector (commands/_collector.py): its HTTP
+# view then wants this token even on loopback.
+VIEW_TOKEN_ENV = "COMMVIZ_VIEW_TOKEN"
 
 
 def add_arguments(p) -> None:
@@ -38,6 +41,7 @@ def add_arguments(p) -> None:
     p.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--stop-by", default="commviz serve", help=argparse.SUPPRESS)
     p.add_argument("--ring-dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--topology", default=None, help=argparse.SUPPRESS)  # watch/lesson --topology PRESET
 
 
 def run(args, cmd: list[str]) -> int:
@@ -54,10 +58,17 @@ def run(args, cmd: list[str]) -> int:
         # Always a view: on --http, else on a free loopback port that the note next to
         # the listening address names (`watch --connect ADDR`, `summary --live ADDR`).
         host, port = args.http or ("127.0.0.1", 0)
-        topo = topology_option(None, local=True)  # this machine's NVML, as an embedded dashboard has it
+        # this machine's NVML, as an embedded dashboard has it; or the preset a dashboard
+        # that started this collector was given
+        topo = topology_option(args.topology, local=True)
         views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
         http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
-                           extra=_metrics_view(feed), views=views).start()
+                           extra=_metrics_view(feed), views=views,
+                           loopback_token=os.environ.get(VIEW_TOKEN_ENV) or None).start()
+        # Before the first line a dashboard waits for: from then on it may signal us.
+        stopping, notes = [], []
+        signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
+        signal.signal(signal.SIGUSR1, lambda *a: notes.append(args.stop_by))
         note = write_note(feed.addr, http.url)
         print(f"commviz serve: listening on {feed.addr}" + (f" · {http.url}/summary" if args.http else ""),
               flush=True)
@@ -67,9 +78,6 @@ def run(args, cmd: list[str]) -> int:
             print(f"  metrics: {endpoint.url}", flush=True)
         if args.output:
             print(f"  writing every event to {args.output}", flush=True)
-        stopping, notes = [], []
-        signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
-        signal.signal(signal.SIGUSR1, lambda *a: notes.append(args.stop_by))
         _loop(feed, stopping, args.for_s, notes, args.parent)
     except KeyboardInterrupt:
         pass

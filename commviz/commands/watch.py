@@ -48,7 +48,7 @@ def watch(cmd: list[str], listen: str | None = None, record_to: str | None = Non
         ring_dir = new_ring_dir() if cmd else None
     except (AddressError, OSError) as exc:
         raise CommvizError(str(exc)) from exc
-    feed = SpawnedFeed(SpawnedCollector(addr, record_to, hang_after_s, metrics, ring_dir))
+    feed = SpawnedFeed(SpawnedCollector(addr, record_to, hang_after_s, metrics, ring_dir, topology=topology))
     job = None
     try:
         if cmd:

@@ -614,7 +614,8 @@ class Model:
                 g = self.groups.get(inst.group)
                 if g is None:
                     continue
-                by = sorted((ranks[m].seqs.get(inst.group, -1) if m in ranks else -1, m) for m in g.ranks)
+                by = sorted((ranks[m].seqs.get(inst.group, -1) if m in ranks else -1, m)
+                            for m in dict.fromkeys(g.ranks))  # a member named twice is one member
                 b = behind[inst.group] = ([q for q, _ in by], [m for _, m in by])
             n = bisect.bisect_right(b[0], inst.seq)
             if n <= len(ended) and all(m in ended for m in itertools.islice(b[1], n)):

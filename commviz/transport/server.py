@@ -259,7 +259,7 @@ class Server:
                 else:
                     turned = self._reject(ident, now, payload, where)
                 continue
-            if self._inbox.full_for(payload):  # shed (or refused) as it stands, not decoded first
+            if ident in self.peers and self._inbox.full_for(payload):  # shed as it stands, not decoded first
                 turned |= not self._accept(ident, None, payload, now)
                 continue
             try:
@@ -320,8 +320,9 @@ class Server:
 
     def _accept(self, ident: bytes, batch: Batch | None, payload: bytes, now: float) -> bool:
         """A valid frame: to the model, unless its peer is one too many, sends too
-        fast, or the model is too far behind (`batch` None: the inbox had no room for
-        it, so it was not decoded). False when it was not taken."""
+        fast, or the model is too far behind (`batch` None: a known peer's frame the
+        inbox had no room for, so it was not decoded; a frame from a new peer is always
+        decoded first, so junk cannot take a peer's place). False when it was not taken."""
         if ident not in self.peers:
             if len(self.peers) >= self.max_peers:
                 # forget peers silent for a minute (ranks of finished jobs) first

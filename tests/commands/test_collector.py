@@ -81,3 +81,45 @@ def test_the_collector_stops_by_itself_when_the_dashboard_is_gone(sockdir):
         assert wait_for(gone, timeout=20)
     finally:
         dash.kill()
+
+
+def test_the_dashboards_own_collector_answers_no_one_without_its_token(sockdir):
+    """Another user on the machine reaches 127.0.0.1 too: the view of a dashboard's
+    own collector (job names, stacks, and a snapshot under the model's lock per
+    request) wants the token only that dashboard holds."""
+    import urllib.error
+    import urllib.request
+
+    feed = SpawnedFeed(SpawnedCollector(f"ipc://{sockdir}/w.sock", None, 10.0))
+    try:
+        with pytest.raises(urllib.error.HTTPError) as got:
+            urllib.request.urlopen(feed.url + "/view/hello", timeout=10)
+        assert got.value.code == 401
+        assert feed.fetch(ViewQuery()).snap is not None  # the dashboard itself gets in
+    finally:
+        feed.close()
+
+
+def test_a_preset_the_dashboard_was_given_places_the_ranks_in_its_collector(sockdir):
+    """`lesson --topology PRESET` on CPU ranks: the snapshot, now taken in the
+    collector, puts them on the preset's GPUs."""
+    feed = SpawnedFeed(SpawnedCollector(f"ipc://{sockdir}/w.sock", None, 10.0, topology="pcie-2gpu"))
+    try:
+        c = _rank_sends(feed.addr, 0, 1)
+        assert wait_for(lambda: feed.fetch(ViewQuery(simulate=True)).info.nranks == 1, timeout=30)
+        snap = feed.fetch(ViewQuery(simulate=True)).snap
+        assert snap.simulated and snap.places[0].gpu == 0
+        c.close()
+    finally:
+        feed.close()
+
+
+def test_a_collector_that_dies_says_so_on_the_status_line(sockdir):
+    feed = SpawnedFeed(SpawnedCollector(f"ipc://{sockdir}/w.sock", None, 10.0))
+    try:
+        feed.collector.proc.kill()
+        feed.collector.proc.wait()
+        status = feed.fetch(ViewQuery()).status
+        assert status.startswith("the collector exited (status -9)"), status
+    finally:
+        feed.close()

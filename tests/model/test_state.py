@@ -173,3 +173,19 @@ def test_ops_nobody_has_finished_are_not_counted_yet():
     assert sorted(m.pending[("0", 0)].starts) == [0, 1]  # but who is inside is known
     feed(m, 0, [OpEnd(0, 200)])
     assert m.summary()["ops"][0]["count"] == 1
+
+
+def test_a_stale_instance_is_swept_when_its_group_names_a_member_twice():
+    """A GroupDef is taken as sent, duplicates and all: the sweep asks each member
+    once. Rank 0's start of seq 4 was lost, rank 1 entered and left it and is at seq
+    4 still; rank 0 has since moved on: seq 4 can never complete and is retired."""
+    m = Model()
+    for r in (0, 1):
+        m.ingest(r, hello(r))
+        m.ingest(r, group("g", (0, 1, 1)))
+    for seq in range(5):  # rank 0's frame of seqs 0-4 lost
+        for ev in op(seq, 10 * seq, 10 * seq + 5, gid="g", seq=seq):
+            m.ingest(1, ev)
+    m.ingest(0, op(5, 60, 65, gid="g", seq=5)[0])  # rank 0 is inside seq 5
+    m._sweep()  # the sweep's rule itself (where it runs is the columns tests' business)
+    assert sorted(m.pending) == [("g", 5)]

@@ -293,3 +293,32 @@ def test_frames_the_full_inbox_cannot_take_are_shed_without_being_decoded(sockdi
     finally:
         gate.set()
         server.close()
+
+
+def test_junk_from_a_new_peer_while_the_inbox_is_full_is_bad_not_a_peer(sockdir):
+    """Shedding without decoding is for peers already talking: a frame from a new
+    one is judged first, so a flood of junk identities is counted as bad frames and
+    takes none of the peer places real ranks need."""
+    import threading
+
+    from commviz.transport.server import BATCH_HEAD
+
+    addr = f"ipc://{sockdir}/w.sock"
+    gate = threading.Event()
+    server = Server(addr, lambda b, r: gate.wait(10), lambda p, m: None, queue_bytes=2000).start()
+    try:
+        c = Client(addr, identity=b"rank3-pid9")
+        frame = encode_batch(3, [hello(3)])
+        assert wait_for(lambda: c.send(frame))
+        for _ in range(20):
+            c.send(frame)
+        assert wait_for(lambda: server.shed_frames > 0)
+        junk = Client(addr, identity=b"junk-1")
+        assert wait_for(lambda: junk.send(bytes([BATCH_HEAD]) + b"\xff" * 4000))  # "too big to fit", undecoded
+        assert wait_for(lambda: server.bad_frames == 1)
+        assert b"junk-1" not in server.peers
+        c.close()
+        junk.close()
+    finally:
+        gate.set()
+        server.close()
