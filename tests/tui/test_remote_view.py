@@ -187,3 +187,20 @@ def test_a_collector_answering_something_else_is_said_not_raised(collector):
     server.views = Odd(feed)
     got = remote.fetch(ViewQuery())  # on the view's update thread: an exception there would freeze it
     assert got.snap is None and "answered a dict, not a snapshot" in got.status
+
+
+def test_views_asking_the_same_at_once_share_one_snapshot():
+    """Ten people on one job cost the collector one snapshot a tick, not ten; a view
+    asking something else (its own focus), or the next tick, gets its own."""
+    from .scenes import busy_ring
+
+    now = [100.0]
+    src = ViewSource(busy_ring(16), clock=lambda: now[0])
+    plain = ViewQuery().encode()
+    answers = {src.view(plain) for _ in range(10)}
+    assert len(answers) == 1 and src.taken == 1
+    src.view(ViewQuery(focus=3).encode())
+    assert src.taken == 2
+    now[0] += 0.2
+    src.view(plain)
+    assert src.taken == 3
