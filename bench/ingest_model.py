@@ -91,7 +91,7 @@ def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns"
             held += batch_len(b)
             if held >= DRAIN_EVENTS:
                 store = EventStore.join([carry, *queue])
-                done = m.ingest_many(store.rank, store, settle=True)
+                done = m.ingest_many(store.rank, store, settle=not shed)  # as LiveFeed: no carry while shedding
                 queue, held, carry = [], 0, store[done:]
         store = EventStore.join([carry, *queue])
         m.ingest_many(store.rank, store)

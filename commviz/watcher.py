@@ -138,13 +138,18 @@ class LiveFeed:
         # (a batch without every rank still goes in bulk: the collectives whose members
         # present entered and left in it are taken whole, and left open)
         events = EventStore.join([self._carry, *queue] if len(self._carry) else queue)
-        done = self.model.ingest_many(events.rank, events, settle=not force)
+        # (while shedding, an instance cut by the batch's edge is counted as it is:
+        # nothing is gained by carrying the tail)
+        done = self.model.ingest_many(events.rank, events, settle=not (force or self.model.shed))
         self._carry = events[done:]
         if done < len(events):
             self._carried_at = time.monotonic()
         with self._qlock:
             self._queued += len(events) - done
-        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t)
+        # frames the inbox had no room for leave nearly every collective with a member
+        # missing: shed detail as when behind (a rank's own `dropped` count is not
+        # asked: it also counts what a rank dropped with no watcher to send to)
+        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, self.server.shed_frames)
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):

@@ -90,6 +90,8 @@ def test_shed_frames_are_shown_by_peer(tmp_path):
     finally:
         feed.lock.release()
         feed.close()
+    # frames lost leave collectives holed: the model sheds detail, and says so
+    assert feed.model.shed and "frames lost: shedding detail" in feed.status()
 
 
 def test_note_stop_marks_every_running_rank_in_its_own_clock(tmp_path):

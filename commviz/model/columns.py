@@ -224,14 +224,16 @@ def _plan(model: Model, c: Chunk):
     if inst is None:
         return None
     reopen, touched = _reopening(model, x, m)
-    ok, holed = _fast_mask(model, x, sigs, inst, m.start_ok, touched)
-    take = ok | holed
+    ok, holed, late = _fast_mask(model, x, sigs, inst, m.start_ok, touched)
+    take = ok | holed | late
     if not take.any():  # nothing to gain: no halves either
         return None
-    cut = _sweep_point(model, c, x, sigs, m, inst, ok, reopen)
+    # while shedding a holed instance is counted where its last member present leaves
+    closes = ok | holed if model.shed else ok
+    cut = _sweep_point(model, c, x, sigs, m, inst, closes, late, reopen)
     if cut < len(c):
         return cut
-    return _build_plan(c, x, sigs, r, m, inst, take, holed)
+    return _build_plan(c, x, sigs, r, m, inst, take, holed, late)
 
 
 class _Cols(NamedTuple):
@@ -436,7 +438,7 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
 
 
 def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: _Inst, whole: np.ndarray,
-                 reopen: int) -> int:
+                 never: np.ndarray, reopen: int) -> int:
     """No sweep of stale instances may run inside a batch: the per-event path checks
     after every few thousand events (`model.sweep_checks`) and sweeps if more than
     `model.sweep_room()` more instances are open by then. In its order every instance
@@ -446,6 +448,8 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     check where that bound passes the mark (the batch stops there and the model
     checks); len(c) where it never does."""
     checks = model.sweep_checks(len(c))
+    # (`whole`: the instances that close where their last member present leaves;
+    # `never`: late members of instances counted while shedding, which open nothing)
     np2p = sigs.sig_np2p[x.s_sig] & (x.s_seq >= 0)
     if not len(checks) or not np2p.any():
         return len(c)
@@ -459,6 +463,10 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
         last = np.full(len(inst.uk), -1)
         np.maximum.at(last, inst.inv, x.ep[m.match[inst.coll]])
         close[np.searchsorted(uk, inst.uk[w])] = last[w] + 1
+    v = np.flatnonzero(never)
+    if len(v):
+        at_v = np.searchsorted(uk, inst.uk[v])
+        close[at_v] = first[at_v]
     diff = np.zeros(len(c) + 2, np.int64)
     np.add.at(diff, first, 1)
     np.add.at(diff, close, -1)
@@ -520,16 +528,29 @@ def _fast_mask(model: Model, x: _Cols, sigs: _Sigs, inst: _Inst, start_ok: np.nd
             key = (sigs.group_names[i_group[i]], int(i_seq[i]))
             if key in model.pending or key in touched:
                 ok[i] = False
-    return ok & whole, ok & ~whole
+    # Late members of instances counted while shedding (model/retired.py): they count
+    # for their ranks and open nothing; outside a spell they go the per-event way.
+    late = np.zeros(ni, bool)
+    if model.retired:
+        for g in np.unique(i_group[ok]).tolist():
+            rt = model.retired.get(sigs.group_names[g])
+            if rt is not None:
+                sel = np.flatnonzero(ok & (i_group == g))
+                late[sel] = rt.mask(i_seq[sel])
+        if not model.shed:
+            ok &= ~late
+            late[:] = False
+    return ok & whole & ~late, ok & ~whole & ~late, late
 
 
 def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Inst, ok: np.ndarray,
-                holed: np.ndarray) -> _Plan:
+                holed: np.ndarray, late: np.ndarray) -> _Plan:
     """The `_Plan` of the fast instances (`ok`): per fast start and its end, in the
     order of the start columns; then per fast instance (`_plan_instances`). Those
     `holed` (a member's start not in the batch: a frame lost, or to come) do all a
     whole one does but complete: they are left open, as the per-event path leaves
-    them."""
+    them — or, while shedding, counted at once. Those `late` (members of an instance
+    counted while shedding) count for their ranks only."""
     sp, ep, s_t, e_t, s_seq, s_sig = x.sp, x.ep, x.s_t, x.e_t, x.s_seq, x.s_sig
     coll, inv = inst.coll, inst.inv
     offsets = r.offsets
@@ -559,6 +580,7 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     _plan_instances(p, int(ok.sum()), finv, nb, dur, x.s_rank, fs)
     p.chunk, p.sp, p.fs = c, sp, fs
     p.holed = holed[np.flatnonzero(ok)]
+    p.late = late[np.flatnonzero(ok)]
     p.dur = dur
     p.first_pos = np.full(p.nf, np.iinfo(np.int64).max)
     np.minimum.at(p.first_pos, finv, p.s_pos)
@@ -604,11 +626,15 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     from commviz.model.stats import OpStats
 
     # each whole instance completes where its last member leaves; each holed one
-    # opens where its first member enters
-    at = np.where(p.holed, p.first_pos, p.done_pos)
-    order = np.argsort(at, kind="stable")
+    # opens where its first member enters (while shedding: is counted where its last
+    # member present leaves); a late member's instance does neither
+    opening = p.holed & ~p.late if not shed else np.zeros(p.nf, bool)
+    at = np.where(opening, p.first_pos, p.done_pos)
+    act = np.flatnonzero(~p.late)
+    order = act[np.argsort(at[act], kind="stable")]
     done = at[order].tolist()
-    opens = _Openings(model, c, p) if p.holed.any() else None
+    nf = len(order)
+    opens = _Openings(model, c, p) if opening.any() else None
     slow_at = np.flatnonzero(~p.fast)
     slow = slow_at.tolist()
     # `Model.on_op`: each fast op handed on at its end's place among the slow events,
@@ -616,12 +642,12 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     ended = _FastEnds(c, p) if model.on_op is not None else None
     on_op, k, ne = model.on_op, 0, len(ended) if ended is not None else 0
     with model.deferral(Deferred()) as d:
-        j, nf = 0, p.nf
+        j = 0
         ingest, ranks = model.ingest, c.rank[slow_at].tolist()
         for pos, rank, ev in zip(slow, ranks, c.events(slow_at)):
             while j < nf and done[j] < pos:
                 i = int(order[j])
-                if opens is not None and p.holed[i]:
+                if opens is not None and opening[i]:
                     opens.open(i)
                 else:
                     _fold_fast(model, p, i, stats, shed, OpStats)
@@ -633,7 +659,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             ingest(rank, ev)
         while j < nf:
             i = int(order[j])
-            if opens is not None and p.holed[i]:
+            if opens is not None and opening[i]:
                 opens.open(i)
             else:
                 _fold_fast(model, p, i, stats, shed, OpStats)
@@ -643,8 +669,23 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
             k += 1
     _sums(model, p)
     _windows(model, p, d)
+    if shed:
+        _retire(model, p)
     if model.flows and not shed:
         _traffic(model, p, d)
+
+
+def _retire(model: Model, p: _Plan) -> None:
+    """While shedding: the instances this batch counted, remembered per group so a
+    member that comes later opens nothing (model/retired.py)."""
+    folded = np.flatnonzero(~p.late)
+    if not len(folded):
+        return
+    g = p.sig_group[p.i_sig[folded]]
+    names = [k[1] for k in p.sig_list]
+    for code in np.unique(g).tolist():
+        k = int(np.flatnonzero(p.sig_group == code)[0])
+        model.retire_many(names[k], p.i_seq[folded[g == code]])
 
 
 class _FastEnds:

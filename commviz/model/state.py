@@ -37,6 +37,7 @@ from commviz.model import audit as audit_mod
 from commviz.model import columns, document
 from commviz.model import desync as desync_mod
 from commviz.model.merge import offset_ns, order_events
+from commviz.model.retired import Retired
 from commviz.model.findings import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
 from commviz.model.flows import Traffic
@@ -240,9 +241,9 @@ class Model:
         self.on_op = on_op
         self.on_mark = on_mark
         self.flows = flows
-        # Set by a watcher that has fallen behind (model/overload.py): per-event detail
-        # is shed, counts and bytes stay exact.
-        self.shed = False
+        # Set by a watcher that has fallen behind (model/overload.py) through `shed`:
+        # per-event detail is shed, counts and bytes stay exact.
+        self._shed = False
         self.shed_ops = 0
         # While `columns.ingest_events` runs a batch: where the order-dependent effects
         # of its per-event ends go (applied after the batch, in order).
@@ -265,6 +266,9 @@ class Model:
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
         self._sweep_at = SWEEP_FIRST
         self.sweeps = 0  # sweeps of stale instances run so far
+        # group -> the collective instances counted while shedding (model/retired.py):
+        # empty until the first spell, consulted from then on
+        self.retired: dict[str, Retired] = {}
         self.marks: list[tuple[int, int, str]] = []  # (wall ns, rank, text)
         # host -> its GPU topology document as its local rank 0 sent it (plain data,
         # `commviz topo --json`'s shape); the dashboard reads it (`topo.hosts`), and
@@ -280,6 +284,49 @@ class Model:
     @property
     def hang_after_ns(self) -> int:
         return self.thresholds.hang_after_ns
+
+    @property
+    def shed(self) -> bool:
+        """Whether per-event detail is being shed (model/overload.py): instances are
+        counted once their members present have left (model/retired.py), untimed, with
+        no flows, straggler or desync checks; ranks' counts and bytes stay exact."""
+        return self._shed
+
+    @shed.setter
+    def shed(self, on: bool) -> None:
+        if on and not self._shed:
+            self._begin_shedding()
+        self._shed = bool(on)
+
+    def _begin_shedding(self) -> None:
+        """Each group's instances at or below the lowest one still open and the lowest
+        seq every member has reached are folded already (or every member's frame of
+        them was lost): the spell's counted keys start above them."""
+        low: dict[str, int] = {}
+        for g, seq in self.pending:
+            if seq <= low.get(g, seq):
+                low[g] = seq
+        for gid, g in self.groups.items():
+            reached = min((self.ranks[m].seqs.get(gid, -1) if m in self.ranks else -1 for m in g.ranks), default=-1)
+            floor = min(reached, low[gid] - 1) if gid in low else reached
+            rt = self.retired.get(gid)
+            if rt is None:
+                rt = self.retired[gid] = Retired(floor)
+            else:
+                rt.raise_floor(floor)
+
+    def counted(self, group: str, seq: int) -> bool:
+        """A collective instance counted while shedding and no longer open: a member
+        that comes to it now counts for its own rank only."""
+        rt = self.retired.get(group)
+        return rt is not None and seq in rt and (group, seq) not in self.pending
+
+    def retire_many(self, group: str, seqs) -> None:
+        """The batch path folded these instances of `group` while shedding."""
+        rt = self.retired.get(group)
+        if rt is None:
+            rt = self.retired[group] = Retired()
+        rt.add_many(seqs)
 
     # ------------------------------------------------------------------ ingest
 
@@ -508,7 +555,8 @@ class Model:
         if _is_p2p(s.op):
             self.tracker.post(r.rank, fl)
         elif s.seq >= 0:
-            self.tracker.enter(r.rank, fl)
+            if not (self.retired and self.counted(s.group, s.seq)):
+                self.tracker.enter(r.rank, fl)
             if s.seq > r.seqs.get(s.group, -1):
                 r.seqs[s.group] = s.seq
 
@@ -545,16 +593,21 @@ class Model:
         p2p = _is_p2p(s.op)
         if p2p or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
-            if self.flows and not self.shed:
+            if self.flows and not self._shed:
                 self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                              dict(failed=bool(e.error), peer=peer, root=s.root, members=members))
-            self._stat(s.op, s.group).add(nbytes, None if self.shed else op_time_ns(e, s), bool(e.error))
+            self._stat(s.op, s.group).add(nbytes, None if self._shed else op_time_ns(e, s), bool(e.error))
             pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
-            if pair is not None and not self.shed:
+            if pair is not None and not self._shed:
                 self._note_p2p_desync(pair)
             return
+        if self.retired and self.counted(s.group, s.seq):  # a late member of an instance counted while shedding
+            if self.flows and not self._shed:
+                self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
+                             dict(failed=bool(e.error), root=s.root, members=members, arrived=fl.t_wall))
+            return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error, device_time_ns(e))
-        if self.flows and not self.shed:
+        if self.flows and not self._shed:
             self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                          dict(failed=bool(e.error), root=s.root, members=members, arrived=inst.last_arrival))
         if members and len(inst.ended) >= len(members):
@@ -572,8 +625,12 @@ class Model:
         self.pending.pop((inst.group, inst.seq), None)
         if inst.ended:
             self._finish(inst)
-        if self.shed:
+        if self._shed:
             self.shed_ops += 1
+            rt = self.retired.get(inst.group)
+            if rt is None:
+                rt = self.retired[inst.group] = Retired()
+            rt.add(inst.seq)
             return
         g = self.groups.get(inst.group)
         members = list(g.ranks) if g is not None else sorted(inst.starts)
@@ -651,7 +708,7 @@ class Model:
         # time is the transfer itself.
         dur = min(inst.durations.values()) if inst.durations else None
         # Shedding detail (model/overload.py): counted and sized, not timed.
-        st.add(inst.bytes, None if self.shed else dur, error=inst.errors > 0 and dur is None)
+        st.add(inst.bytes, None if self._shed else dur, error=inst.errors > 0 and dur is None)
 
     def _stat(self, op: str, group: str) -> OpStats:
         st = self.stats.get((op, group))

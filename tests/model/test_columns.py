@@ -441,3 +441,78 @@ def test_an_instance_left_open_keeps_bytes_and_arrival_from_zero(nbytes, wall, m
         trace += [(r, OpEnd(i, 10**12 + 1000 * i + 900)) for r in range(4)]
     _, many, _ = _one_and_many(monkeypatch, trace)
     assert many.pending[("0", 50)].bytes >= 0 and many.pending[("0", 50)].last_arrival >= 0
+
+
+def _counts(m: Model) -> dict:
+    """What shedding keeps exact: every rank's counts, bytes, seqs and seen ids, and
+    each (op, group)'s collectives counted (the summary's op table)."""
+    ranks = {rank: (r.ops_done, r.bytes_done, sorted(r.per_op.items()), sorted(r.per_group.items()),
+                    sorted(r.seqs.items()), r.seen_ids.floor, sorted(r.seen_ids.above))
+             for rank, r in sorted(m.ranks.items())}
+    return {"ranks": ranks, "ops": [(o["op"], o["group"], o["count"], o["bytes"]) for o in m.summary()["ops"]]}
+
+
+@pytest.mark.parametrize("lose,seed", [(0.05, 0), (0.3, 1), (0.6, 2)])
+def test_shedding_a_lossy_run_counts_each_collective_once_in_bulk(lose, seed, monkeypatch):
+    """Behind a flood nearly every collective arrives holed. While shedding, the batch
+    path counts such an instance where its last member present leaves, instead of
+    holding it open for a member that never comes (what made the watcher fall to a
+    tenth of its rate); the counts are those one event at a time gives, and those of
+    the trace itself."""
+    trace = _lossy_run(ranks=4, steps=3000, per_frame=20, lose=lose, seed=seed)
+    one, whole, parts = Model(), Model(), Model()
+    for m in (one, whole, parts):
+        m.shed = True
+    for r, ev in trace:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    whole.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    _feed_in_batches(parts, trace, random.Random(seed))
+    ended = {ev.id for _, ev in trace if isinstance(ev, OpEnd)}  # seq == id in this run
+    for m in (whole, parts):
+        assert _counts(m) == _counts(one)
+        assert m.summary()["ops"][0]["count"] == len(ended)
+        assert len(m.pending) < 50  # only instances a batch's edge cut stay open
+    assert sum(taken) > 0.9 * 2 * len(trace)
+
+
+def test_a_late_member_of_an_instance_counted_while_shedding_counts_for_its_rank_only(monkeypatch):
+    """Rank 2's frame comes a batch late: the instances ranks 0 and 1 left were counted
+    already; rank 2's ops count for rank 2, and no instance is counted twice or left
+    open for it — one event at a time or in batches, during the spell or after it."""
+    monkeypatch.setattr(columns, "MIN_BATCH", 8)
+    hello = [(r, ev) for r in range(3) for ev in (Hello(r, r, 3, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18),
+                                                   GroupDef("0", [0, 1, 2], "gloo"))]
+
+    def ops(r: int, lo: int, hi: int) -> list:
+        return [(r, ev) for i in range(lo, hi)
+                for ev in (OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900))]
+
+    early = ops(0, 0, 50) + ops(1, 0, 50)
+    late = ops(2, 0, 50)
+    for spell_ends in (False, True):
+        one, many = Model(), Model()
+        for m in (one, many):
+            m.ingest_many([r for r, _ in hello], [ev for _, ev in hello])
+            m.shed = True
+        for r, ev in early:
+            one.ingest(r, ev)
+        many.ingest_many([r for r, _ in early], [ev for _, ev in early])
+        assert many.summary()["ops"][0]["count"] == 50 and not many.pending
+        for m in (one, many):
+            m.shed = not spell_ends
+        for r, ev in late:
+            one.ingest(r, ev)
+        many.ingest_many([r for r, _ in late], [ev for _, ev in late])
+        for m in (one, many):
+            assert m.summary()["ops"][0]["count"] == 50 and not m.pending
+            assert m.ranks[2].ops_done == 50 and m.ranks[2].bytes_done == 50 * 64 and m.ranks[2].seqs["0"] == 49
+        assert _counts(many) == _counts(one)
+
+
+def test_outside_a_spell_nothing_is_counted_early(monkeypatch):
+    """Without shedding, a holed instance stays open as before (a late member completes
+    it with its timing): the counting-early rule belongs to the spell only."""
+    trace = _lossy_run(ranks=4, steps=600, per_frame=20, lose=0.2, seed=3)
+    one, many, _ = _one_and_many(monkeypatch, trace)
+    assert not many.retired and len(many.pending) == len(one.pending) > 0

@@ -56,3 +56,38 @@ def test_a_hang_is_still_found_while_shedding():
         m.ingest(r, op(10, 20_000, 0, seq=10)[0])
     [d] = m.findings(now=m.last_t + 5 * S).diagnoses
     assert d.kind.value == "hang" and d.missing_ranks == [3]
+
+
+def test_frames_lost_on_the_way_shed_detail_until_a_quiet_spell():
+    """Lost frames leave collectives holed: detail is shed at once, not only once the
+    lag has grown, and kept shed until nothing has been lost for `quiet_s`."""
+    o = Overload(shed_after_s=5.0, quiet_s=2.0)
+    assert not o.update(10 * S, 10 * S, lost=0)
+    assert o.update(11 * S, 11 * S, lost=3) and "frames lost" in o.words()
+    assert o.update(12 * S, 12 * S, lost=3)  # 1 s since the last loss
+    assert not o.update(14 * S, 14 * S, lost=3) and o.spells == 1
+    assert o.update(15 * S, 15 * S, lost=4) and o.spells == 2
+
+
+def test_a_spell_of_shedding_counts_each_collective_once_whatever_comes_late():
+    """Shedding from the start, then back to detail: ranks' counts and the op table
+    are those of a model that never shed."""
+    full = feed(Model(), None)
+    m = Model()
+    ranks = (0, 1, 2, 3)
+    for r in ranks:
+        m.ingest(r, hello(r, world=4))
+        m.ingest(r, group(ranks=ranks))
+    m.shed = True
+    for i in range(200):
+        if i == 120:
+            m.shed = False
+        for r in ranks:
+            for ev in op(i, 1000 * i + r, 1000 * i + 500 + r, seq=i, nbytes=4096 * (1 + i % 3)):
+                m.ingest(r, ev)
+        m.ingest(0, op(10_000 + i, 1000 * i, 1000 * i + 90, name="isend", seq=i, peer=1)[0])
+        m.ingest(0, op(10_000 + i, 1000 * i, 1000 * i + 90, name="isend", seq=i, peer=1)[1])
+        m.ingest(1, op(10_000 + i, 1000 * i, 1000 * i + 95, name="irecv", seq=i, peer=0)[0])
+        m.ingest(1, op(10_000 + i, 1000 * i, 1000 * i + 95, name="irecv", seq=i, peer=0)[1])
+    assert counts(m.summary()) == counts(full.summary())
+    assert m.stats[("all_reduce", "0")].timed == 80
