@@ -2,6 +2,7 @@
 recorder that could not be compared said once per reason, and a dashboard alert."""
 
 from commviz.report import render_summary
+from commviz.model.document import RankRow
 from commviz.tui.alerts import alert_rows
 
 
@@ -25,7 +26,7 @@ def test_ranks_that_could_not_be_audited_share_a_line():
 
 
 def test_the_dashboard_alerts_on_a_rank_with_unseen_collectives():
-    rows = alert_rows([], [{"rank": 3, "unseen": {"broadcast": 1}}, {"rank": 0, "unseen": {}}], 0, "")
+    rows = alert_rows([], [RankRow(3, unseen={"broadcast": 1}), RankRow(0)], 0, "")
     (key, cells, payload) = rows[0]
     assert len(rows) == 1 and key == "unseen:3"
     assert "rank 3's backend ran collectives commviz did not see: 1 broadcast" in payload["message"]

@@ -6,9 +6,11 @@ model's public interface only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from commviz import ops as opcat
+from commviz.model.diagnosis import RankStatus
 
 if TYPE_CHECKING:
     from commviz.model.findings import Findings
@@ -80,7 +82,29 @@ def summary(model: Model, now: int | None = None) -> dict:
     }
 
 
-def rank_rows(model: Model, now: int, found: Findings | None = None) -> list[dict]:
+@dataclass(frozen=True)
+class RankRow:
+    """One rank as the live tables, the alerts and the flow view read it: what a
+    typo in a string key used to turn into a KeyError at draw time."""
+
+    rank: int
+    host: str = "?"
+    pid: int = 0
+    device: str = "?"
+    status: RankStatus = RankStatus.OK  # the dashboard's word: `missing` too
+    op: str = ""  # the op it is inside, as "all_reduce#7" (its seq); "" when none
+    op_group: str = ""
+    in_op_s: float = 0.0
+    ops_done: int = 0
+    bytes: int = 0
+    last_seen_s: float | None = None  # None: nothing seen from it yet
+    dropped: int = 0
+    last_op: str = ""
+    where: str = ""  # the user's line it called its current op from, when a stack came
+    unseen: dict[str, int] = field(default_factory=dict)  # backend ops commviz did not see (the audit)
+
+
+def rank_rows(model: Model, now: int, found: Findings | None = None) -> list[RankRow]:
     """One row per rank for live tables (`found`: the findings at `now`, if the caller
     has them already)."""
     found = model.findings(now) if found is None else found
@@ -90,23 +114,21 @@ def rank_rows(model: Model, now: int, found: Findings | None = None) -> list[dic
         h = r.hello
         cur = model.current_op(r)
         st = r.stacks.for_op(cur.start.id) if cur else None
-        rows.append(
-            {
-                "rank": rank,
-                "host": h.host if h else "?",
-                "pid": h.pid if h else 0,
-                "device": h.device if h else "?",
-                "status": model.view_status(r, now, found),
-                "op": f"{cur.start.op}#{cur.start.seq}" if cur else "",
-                "op_group": cur.start.group if cur else "",
-                "in_op_s": (now - cur.t_wall) / 1e9 if cur else 0.0,
-                "ops_done": r.ops_done,
-                "bytes": r.bytes_done,
-                "last_seen_s": (now - r.last_seen) / 1e9 if r.last_seen else None,
-                "dropped": r.dropped,
-                "last_op": r.last_op,
-                "where": st.where() if st is not None else "",
-                "unseen": dict(r.audit.get("unseen", {})) if r.audit else {},
-            }
-        )
+        rows.append(RankRow(
+            rank=rank,
+            host=h.host if h else "?",
+            pid=h.pid if h else 0,
+            device=h.device if h else "?",
+            status=model.view_status(r, now, found),
+            op=f"{cur.start.op}#{cur.start.seq}" if cur else "",
+            op_group=cur.start.group if cur else "",
+            in_op_s=(now - cur.t_wall) / 1e9 if cur else 0.0,
+            ops_done=r.ops_done,
+            bytes=r.bytes_done,
+            last_seen_s=(now - r.last_seen) / 1e9 if r.last_seen else None,
+            dropped=r.dropped,
+            last_op=r.last_op,
+            where=st.where() if st is not None else "",
+            unseen=dict(r.audit.get("unseen", {})) if r.audit else {},
+        ))
     return rows

@@ -848,7 +848,7 @@ class Model:
                 out[key] = st.percentiles_ns(qs)
         return out
 
-    def rank_rows(self, now: int, found: Findings | None = None) -> list[dict]:
+    def rank_rows(self, now: int, found: Findings | None = None) -> list[document.RankRow]:
         """One row per rank for live tables (model/document.py)."""
         return document.rank_rows(self, now, found)
 

@@ -12,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from commviz.model.diagnosis import Diagnosis
+from commviz.model.document import RankRow
 from commviz.report import render_diagnosis
 
 KIND_STYLE = {
@@ -28,7 +29,7 @@ KIND_STYLE = {
 ALERT_COLUMNS = [("kind", "alert"), ("where", "where"), ("message", "what to look at")]
 
 
-def alert_rows(diagnoses: list[Diagnosis], ranks: list[dict], decode_errors: int,
+def alert_rows(diagnoses: list[Diagnosis], ranks: list[RankRow], decode_errors: int,
                last_decode_error: str) -> list[tuple[str, tuple, Diagnosis | dict]]:
     """(row key, cells, payload for the detail screen)."""
     rows: list[tuple[str, tuple, Diagnosis | dict]] = []
@@ -37,16 +38,16 @@ def alert_rows(diagnoses: list[Diagnosis], ranks: list[dict], decode_errors: int
         key = f"{d.kind}:{d.group}:{d.seq}:{i}"
         rows.append((key, (Text(d.kind, style=KIND_STYLE.get(d.kind, "")), where, d.message), d))
     for r in ranks:
-        if r.get("unseen"):
-            ops = ", ".join(f"{n} {op}" for op, n in sorted(r["unseen"].items()))
-            msg = (f"rank {r['rank']}'s backend ran collectives commviz did not see: {ops} (a ProcessGroup "
+        if r.unseen:
+            ops = ", ".join(f"{n} {op}" for op, n in sorted(r.unseen.items()))
+            msg = (f"rank {r.rank}'s backend ran collectives commviz did not see: {ops} (a ProcessGroup "
                    "method called directly, or a C++ extension); counts and diagnoses leave them out")
-            rows.append((f"unseen:{r['rank']}", (Text("unseen", style=KIND_STYLE["unseen"]), f"rank {r['rank']}", msg),
+            rows.append((f"unseen:{r.rank}", (Text("unseen", style=KIND_STYLE["unseen"]), f"rank {r.rank}", msg),
                          {"kind": "unseen", "message": msg}))
-    dropped = [r for r in ranks if r.get("dropped")]
+    dropped = [r for r in ranks if r.dropped]
     if dropped:
-        total = sum(r["dropped"] for r in dropped)
-        who = ",".join(str(r["rank"]) for r in dropped)
+        total = sum(r.dropped for r in dropped)
+        who = ",".join(str(r.rank) for r in dropped)
         msg = f"{total} events never reached this watcher (ranks {who}); set COMMVIZ_TRACE_DIR to keep everything"
         rows.append(("dropped", (Text("dropped", style=KIND_STYLE["dropped"]), f"ranks {who}", msg),
                      {"kind": "dropped", "message": msg}))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from commviz.model.diagnosis import Diagnosis, RankStatus
+from commviz.model.diagnosis import Diagnosis
+from commviz.model.document import RankRow
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
 from commviz.model.placement import Place, simulated_place
 from commviz.tui.alerts import alert_rows
@@ -27,7 +28,7 @@ RECENT_EDGE_NS = 10_000_000_000
 class Snapshot:
     now: int
     info: ModelInfo
-    rank_rows: list[dict] = field(default_factory=list)
+    rank_rows: list[RankRow] = field(default_factory=list)
     op_rows: list[dict] = field(default_factory=list)
     alerts: list = field(default_factory=list)
     diagnoses: list[Diagnosis] = field(default_factory=list)
@@ -170,7 +171,7 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     snap.op_rows = m.op_rows()  # == summary(now)["ops"], without per-rank work
     snap.diagnoses = diagnoses
     snap.alerts = alert_rows(diagnoses, rank_rows, m.decode_errors, m.last_decode_error)
-    snap.ended = bool(rank_rows) and all(RankStatus(row["status"]).gone for row in rank_rows)
+    snap.ended = bool(rank_rows) and all(row.status.gone for row in rank_rows)
     if snap.ended and summary_unless is not None and m.events != summary_unless:
         snap.summary = m.summary()
     tr = m.traffic
@@ -190,15 +191,15 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     fabrics: dict[str, str] = {}
     nodes = []
     for row in rank_rows:
-        r = m.ranks[row["rank"]]
-        t = topologies[row["host"]] = _topology_of(hosts, topologies, row["host"])
-        place, simulated = place_of(row["rank"], row["host"], r.hello, m.world_size or len(m.ranks), t, simulate)
+        r = m.ranks[row.rank]
+        t = topologies[row.host] = _topology_of(hosts, topologies, row.host)
+        place, simulated = place_of(row.rank, row.host, r.hello, m.world_size or len(m.ranks), t, simulate)
         host, gpu = place.host, place.gpu
         if simulated:
             topologies[host] = _topology_of(hosts, topologies, host)
         snap.simulated |= simulated
-        snap.places[row["rank"]] = place
-        nodes.append(FlowNode(row["rank"], host, gpu, row["status"], row["op"].partition("#")[0]))
+        snap.places[row.rank] = place
+        nodes.append(FlowNode(row.rank, host, gpu, row.status, row.op.partition("#")[0]))
         if gpu is not None and host not in fabrics:
             fabric = fabric_label(topologies[host])
             if fabric:

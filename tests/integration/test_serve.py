@@ -52,7 +52,7 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
         views = [RemoteFeed(f"127.0.0.1:{port}"), RemoteFeed(addr)]  # by --http, by the ranks' address
         for v in views:
             snap = v.fetch(ViewQuery()).snap
-            assert [(row["rank"], row["ops_done"], row["bytes"]) for row in snap.rank_rows] == \
+            assert [(row.rank, row.ops_done, row.bytes) for row in snap.rank_rows] == \
                 [(r, 30, 30 * 4096) for r in range(4)]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing") as r:
             pytest.fail(f"an unknown path answered {r.status}")

@@ -41,7 +41,7 @@ def test_ops_inside_events_are_seen_and_the_rest_unseen():
     assert a == {"backend": {"all_reduce": 3, "broadcast": 2}, "seen": {"all_reduce": 1, "broadcast": 2},
                  "unseen": {"all_reduce": 2}}
     assert all(a["seen"][k] + a["unseen"].get(k, 0) == n for k, n in a["backend"].items())
-    assert m.rank_rows(m.last_t)[0]["unseen"] == {"all_reduce": 2}
+    assert m.rank_rows(m.last_t)[0].unseen == {"all_reduce": 2}
 
 
 def test_an_op_still_in_flight_covers_what_the_backend_started_for_it():

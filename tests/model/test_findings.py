@@ -608,7 +608,7 @@ def test_stacks_are_bounded_and_follow_the_op():
     st = j.m.ranks[0].stacks
     assert len(st) == 8 and st.for_op(19).where() == "train.py:29" and st.for_op(0) is None
     rows = j.m.rank_rows(WALL0 + 30 * S)
-    assert rows[0]["where"] == ""  # its current op (id 0) has no stack any more
+    assert rows[0].where == ""  # its current op (id 0) has no stack any more
 
 
 # ----------------------------------------------------------- summary document

@@ -117,8 +117,8 @@ def test_rank_rows_show_current_op_and_duration():
     m = Model()
     feed(m, 0, [hello(0, world=1), group(ranks=[0]), OpStart(0, 1_000_000_000, "broadcast", "0", 0, 64, root=0)])
     [row] = m.rank_rows(now=WALL0 + 3_000_000_000)
-    assert row["op"] == "broadcast#0" and row["in_op_s"] == pytest.approx(2.0)
-    assert row["status"] == "waiting"
+    assert row.op == "broadcast#0" and row.in_op_s == pytest.approx(2.0)
+    assert row.status == "waiting"
 
 
 def test_errors_are_counted_not_timed():

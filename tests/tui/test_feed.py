@@ -122,7 +122,7 @@ def test_step_applies_exactly_the_next_op_event():
     assert feed.paused
     assert isinstance(ev, OpStart) and ev.id == 0
     assert feed.position == 5 and feed.now_ns() == WALL0 + 10 * MS
-    assert feed.model.rank_rows(feed.now_ns())[0]["status"] == "waiting"
+    assert feed.model.rank_rows(feed.now_ns())[0].status == "waiting"
     clock.tick(1.0)
     feed.advance()  # paused: nothing moves
     assert feed.position == 5

@@ -9,17 +9,18 @@ from textual.app import App
 from textual.widgets import DataTable
 
 from commviz.model.diagnosis import RankStatus
+from commviz.model.document import RankRow
 from commviz.tui.widgets import tables
 from commviz.tui.widgets.tables import MAX_RANK_ROWS, SnapshotTable, pick_rank_rows
 
 
-def rows(n: int, status: dict[int, RankStatus] | None = None) -> list[dict]:
+def rows(n: int, status: dict[int, RankStatus] | None = None) -> list[RankRow]:
     status = status or {}
-    return [{"rank": r, "status": str(status.get(r, RankStatus.OK))} for r in range(n)]
+    return [RankRow(r, status=status.get(r, RankStatus.OK)) for r in range(n)]
 
 
-def shown(picked: list[dict]) -> list[int]:
-    return [r["rank"] for r in picked]
+def shown(picked: list[RankRow]) -> list[int]:
+    return [r.rank for r in picked]
 
 
 def test_past_the_limit_trouble_and_the_focus_get_rows_and_busy_ranks_do_not():

@@ -71,4 +71,4 @@ def test_diagnoses_once_per_snapshot():
     m.findings = lambda now=None: calls.append(now) or real(now)
     snap = take_snapshot(m, feed.now)
     assert len(calls) == 1
-    assert snap.diagnoses and [r["status"] for r in snap.rank_rows if r["rank"] == 5] == ["missing"]
+    assert snap.diagnoses and [r.status for r in snap.rank_rows if r.rank == 5] == ["missing"]

@@ -16,6 +16,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from commviz.model.diagnosis import Diagnosis, RankStatus
+from commviz.model.document import RankRow
 from commviz.tui.alerts import ALERT_COLUMNS
 from commviz.tui.fmt import format_bytes, format_count, format_gbps, format_seconds, format_us
 from commviz.tui.snapshot import Snapshot
@@ -44,31 +45,32 @@ def _r(s: str, style: str = "") -> Text:
     return Text(s, style=style, justify="right")
 
 
-def rank_cells(row: dict) -> tuple:
-    """One rank-table row from a `Model.rank_rows()` dict."""
-    status = row["status"]
+def rank_cells(row: RankRow, proc: tuple[float, int] | None = None) -> tuple:
+    """One rank-table row from a `Model.rank_rows()` row; `proc`, the rank process's
+    (cpu %, rss bytes) when it runs on the watcher's host (psutil)."""
+    status = row.status
     hung = status == RankStatus.HUNG
     in_op = ""
-    if row["op"]:
-        in_op = _r(format_seconds(row["in_op_s"]), "red" if hung else ("yellow" if row["in_op_s"] >= 1 else ""))
-    seen_s = row["last_seen_s"]
+    if row.op:
+        in_op = _r(format_seconds(row.in_op_s), "red" if hung else ("yellow" if row.in_op_s >= 1 else ""))
+    seen_s = row.last_seen_s
     seen_style = "dim" if (seen_s is not None and seen_s < 2) or status == RankStatus.EXITED else "yellow"
-    dropped = row["dropped"]
+    dropped = row.dropped
+    cpu, rss = proc if proc is not None else (None, None)
     return (
-        _r(str(row["rank"]), "bold"),
+        _r(str(row.rank), "bold"),
         Text(status, style=STATUS_STYLE.get(status, "")),
         # Idle ranks show their last op, dimmed, so a glance still says what they did.
-        Text(row["op"], style="bold" if hung else "") if row["op"] else Text(row["last_op"], style="dim"),
+        Text(row.op, style="bold" if hung else "") if row.op else Text(row.last_op, style="dim"),
         in_op or _r(""),
-        _r(format_count(row["ops_done"])),
-        _r(format_bytes(row["bytes"])),
-        # the rank process itself, when it runs on the watcher's host (psutil)
-        _r(f"{row['cpu']:.0f}" if row.get("cpu") is not None else "", "dim"),
-        _r(format_bytes(row["rss"]) if row.get("rss") is not None else "", "dim"),
+        _r(format_count(row.ops_done)),
+        _r(format_bytes(row.bytes)),
+        _r(f"{cpu:.0f}" if cpu is not None else "", "dim"),
+        _r(format_bytes(rss) if rss is not None else "", "dim"),
         _r(format_seconds(seen_s), seen_style),
         _r(str(dropped), "bold red" if dropped else "dim"),
-        Text(row["device"]),
-        Text(row["host"]),
+        Text(row.device),
+        Text(row.host),
     )
 
 
@@ -94,17 +96,17 @@ def op_cells(row: dict) -> tuple:
 _WORTH_A_ROW = frozenset({RankStatus.DEAD, RankStatus.MISSING, RankStatus.HUNG})
 
 
-def pick_rank_rows(rows: list[dict], focus: int | None, limit: int = MAX_RANK_ROWS) -> list[dict]:
+def pick_rank_rows(rows: list[RankRow], focus: int | None, limit: int = MAX_RANK_ROWS) -> list[RankRow]:
     """At most `limit` rows: the focused rank, then trouble (dead, missing, hung,
     worst first), then the lowest ranks; in rank order."""
     if len(rows) <= limit:
         return rows
 
-    def rank(r: dict) -> tuple:
-        st = RankStatus(r["status"])
-        return (r["rank"] != focus, st.severity if st in _WORTH_A_ROW else 99, r["rank"])
+    def rank(r: RankRow) -> tuple:
+        st = r.status
+        return (r.rank != focus, st.severity if st in _WORTH_A_ROW else 99, r.rank)
 
-    return sorted(sorted(rows, key=rank)[:limit], key=lambda r: r["rank"])
+    return sorted(sorted(rows, key=rank)[:limit], key=lambda r: r.rank)
 
 
 def _cell_width(value) -> int:
@@ -271,11 +273,7 @@ class RanksTable(SnapshotTable):
 
     def show(self, snap: Snapshot) -> None:
         shown = pick_rank_rows(snap.rank_rows, snap.focus)
-        for row in shown:
-            cpu_rss = snap.procs.get(row["rank"])
-            if cpu_rss is not None:
-                row["cpu"], row["rss"] = cpu_rss
-        self.sync([(str(r["rank"]), rank_cells(r)) for r in shown])
+        self.sync([(str(r.rank), rank_cells(r, snap.procs.get(r.rank))) for r in shown])
         info = snap.info
         ws = info.world_size
         title = f"Ranks {info.nranks}/{ws}" if ws else "Ranks"
