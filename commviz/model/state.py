@@ -513,6 +513,9 @@ class Model:
             # its old process's ops no longer take part in any instance or pair.
             r = self.ranks[rank] = RankState(rank)
             self.tracker.forget_rank(rank)
+            # its sequence numbers start again at 0, below what a spell of shedding
+            # counted: those keys must open instances again
+            self.retired.clear()
         r.hello = h
         r.offset_ns = offset_ns(h)
         r.last_seen = max(r.last_seen, h.wall_ns)

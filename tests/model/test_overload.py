@@ -91,3 +91,17 @@ def test_a_spell_of_shedding_counts_each_collective_once_whatever_comes_late():
         m.ingest(1, op(10_000 + i, 1000 * i, 1000 * i + 95, name="irecv", seq=i, peer=0)[1])
     assert counts(m.summary()) == counts(full.summary())
     assert m.stats[("all_reduce", "0")].timed == 80
+
+
+def test_a_restarted_rank_after_a_spell_of_shedding_opens_instances_again():
+    """A rank in a new process counts its seqs from 0 again, below what the spell
+    counted: its collectives must still be tracked, or a hang there would go unseen."""
+    m = feed(Model(hang_after_s=1.0), shed_from=0, n=10)
+    m.shed = False
+    m.ingest(3, hello(3, world=4, pid=999))  # rank 3 restarted
+    for r in (0, 1, 2):
+        m.ingest(r, hello(r, world=4, pid=900 + r))
+    for r in (0, 1, 2):  # rank 3 never comes to the new step 0
+        m.ingest(r, op(50, 30_000, 0, seq=0)[0])
+    [d] = m.findings(now=m.last_t + 5 * S).diagnoses
+    assert d.kind.value == "hang" and d.missing_ranks == [3] and d.seq == 0
