@@ -1,6 +1,10 @@
-"""Suite-wide: under COMMVIZ_PURE=1 (CI's pure-Python leg) no compiled part is
-loaded, so the tests of those parts themselves skip; everywhere else they run, and
-fail where a part was not built (a silent fallback would hide a broken build)."""
+"""Suite-wide: the tests of the compiled parts themselves (`@pytest.mark.native`)
+skip under COMMVIZ_PURE=1 (CI's pure-Python leg) and where a part was not built (an
+install with no C compiler: the pure-Python paths are tested all the same). In CI
+(`CI` set, as `.ci/run` runs) or with COMMVIZ_REQUIRE_NATIVE=1 a part not built
+fails them instead: there a silent fallback would hide a broken build."""
+
+import os
 
 import pytest
 
@@ -8,9 +12,15 @@ from commviz import native
 
 
 def pytest_collection_modifyitems(config, items):
-    if not native.pure():
-        return
-    skip = pytest.mark.skip(reason="COMMVIZ_PURE=1: the compiled parts are off")
+    if native.pure():
+        why = "COMMVIZ_PURE=1: the compiled parts are off"
+    else:
+        missing = [name for name, st in native.report().items() if st != "loaded"]
+        required = os.environ.get("CI") or os.environ.get("COMMVIZ_REQUIRE_NATIVE", "") not in ("", "0")
+        if not missing or required:
+            return
+        why = f"not built here: {', '.join(missing)} (`commviz doctor` says why)"
+    skip = pytest.mark.skip(reason=why)
     for item in items:
         if item.get_closest_marker("native"):
             item.add_marker(skip)
