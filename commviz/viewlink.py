@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlencode, urlparse
 from commviz.errors import CommvizError
 
 CONTENT_TYPE = "application/x-commviz-view"
-PROTOCOL = 1  # the hello's; a view refuses a collector that speaks another
+PROTOCOL = 2  # the hello's (2: rank rows are `RankRow`s); a view refuses a collector that speaks another
 TIMEOUT_S = 5.0
 
 # What a snapshot is made of besides commviz's own classes.

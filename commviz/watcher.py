@@ -147,9 +147,10 @@ class LiveFeed:
         with self._qlock:
             self._queued += len(events) - done
         # frames the inbox had no room for leave nearly every collective with a member
-        # missing: shed detail as when behind (a rank's own `dropped` count is not
-        # asked: it also counts what a rank dropped with no watcher to send to)
-        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, self.server.shed_frames)
+        # missing: shed detail as when behind (not asked: a peer over its rate, which
+        # is its own fault, and a rank's own `dropped`, which also counts what it
+        # dropped with no watcher to send to)
+        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, self.server.behind_frames)
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):

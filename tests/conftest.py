@@ -16,7 +16,8 @@ def pytest_collection_modifyitems(config, items):
         why = "COMMVIZ_PURE=1: the compiled parts are off"
     else:
         missing = [name for name, st in native.report().items() if st != "loaded"]
-        required = os.environ.get("CI") or os.environ.get("COMMVIZ_REQUIRE_NATIVE", "") not in ("", "0")
+        required = any(os.environ.get(v, "").lower() not in ("", "0", "false")
+                       for v in ("CI", "COMMVIZ_REQUIRE_NATIVE"))
         if not missing or required:
             return
         why = f"not built here: {', '.join(missing)} (`commviz doctor` says why)"

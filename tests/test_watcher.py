@@ -90,7 +90,9 @@ def test_shed_frames_are_shown_by_peer(tmp_path):
     finally:
         feed.lock.release()
         feed.close()
-    # frames lost leave collectives holed: the model sheds detail, and says so
+    # frames the inbox had no room for leave collectives holed: the model sheds
+    # detail, and says so
+    assert feed.server.behind_frames == feed.server.shed_frames
     assert feed.model.shed and "frames lost: shedding detail" in feed.status()
 
 

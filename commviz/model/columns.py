@@ -1,5 +1,9 @@
 """Ingesting a run of events a batch at a time, leaving exactly the state that
-`Model.ingest` leaves one event at a time.
+`Model.ingest` leaves one event at a time — except while the model sheds detail
+(model/overload.py): then a collective whose members present all entered and left in
+the batch is counted at once (model/retired.py), where one event at a time holds it
+open until a late member or the sweep; ranks' counts, bytes, seqs and ids, and each
+collective's count, are the same either way, `pending` and the sweeps are not.
 
 A Python call per event costs microseconds; a job of a thousand ranks sends far more
 than a million events a second. Nearly all of them are the starts and ends of

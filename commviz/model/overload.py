@@ -30,6 +30,7 @@ class Overload:
     spells: int = 0  # how many times shedding began
     lost: int = 0  # frames lost on the way so far, as last told
     lost_at: int = 0  # wall ns when that count last grew (0: never)
+    why: str = ""  # what the spell is for: "behind the job" or "frames lost"
 
     def update(self, now_ns: int, newest_ns: int, lost: int = 0) -> bool:
         """Note the lag at `now_ns` (wall clock) given the newest event's time, and
@@ -45,13 +46,14 @@ class Overload:
             self.spells += 1
         elif self.shedding and lag_s < self.shed_after_s / 2 and not losing:
             self.shedding = False
+        if self.shedding:
+            self.why = "frames lost" if losing else "behind the job"
         return self.shedding
 
     def words(self) -> str:
         """The status line's part: `lag 0.2 s`, or what is being shed and why."""
         lag = f"lag {self.lag_ns / 1e9:.1f} s"
         if self.shedding:
-            why = "behind the job" if self.lag_ns / 1e9 > self.shed_after_s / 2 else "frames lost"
-            return (f"{lag}, {why}: shedding detail (flows, latency, straggler/desync checks); "
+            return (f"{lag}, {self.why}: shedding detail (flows, latency, straggler/desync checks); "
                     "counts and bytes stay exact")
         return lag

@@ -12,7 +12,10 @@ nothing, so the instance is never counted twice.
 Memory does not grow with the run: sequence numbers of a group run 0, 1, 2 … so
 those at or below a floor are all counted and only the keys above a gap are held
 one by one, at most `MAX_ABOVE` per group (past that the oldest gaps are taken as
-counted: a member that late is counted for its rank only).
+counted: a member that late is counted for its rank only, and a key none of whose
+frames came is counted as if one had). The floor is also raised, as the spell goes
+on, to what every member has reached (`Model._raise_floors`), so keys whose every
+frame was lost do not hold it back.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Retired:
             keep = sorted(self.above)
             self.floor = keep[len(keep) // 2]
             self.above = set(keep[len(keep) // 2 + 1:])
+            self._run_on()
 
     def add_many(self, seqs: np.ndarray) -> None:
         """`add` for each (any order, repeats allowed), a batch at a time."""
@@ -72,6 +76,7 @@ class Retired:
             cut = len(keep) - MAX_ABOVE // 2
             self.floor = int(keep[cut - 1])
             self.above = set(keep[cut:].tolist())
+            self._run_on()
 
     def mask(self, seqs: np.ndarray) -> np.ndarray:
         """Which of `seqs` are counted."""

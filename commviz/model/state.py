@@ -299,14 +299,22 @@ class Model:
         self._shed = bool(on)
 
     def _begin_shedding(self) -> None:
+        self._raise_floors(self.groups)
+
+    def _raise_floors(self, groups) -> None:
         """Each group's instances at or below the lowest one still open and the lowest
         seq every member has reached are folded already (or every member's frame of
-        them was lost): the spell's counted keys start above them."""
+        them was lost): the counted keys go on from above them. Asked when a spell
+        begins, after each batch and each sweep during it, so a key whose every frame
+        was lost does not hold the floor back."""
         low: dict[str, int] = {}
         for g, seq in self.pending:
             if seq <= low.get(g, seq):
                 low[g] = seq
-        for gid, g in self.groups.items():
+        for gid in groups:
+            g = self.groups.get(gid)
+            if g is None:
+                continue
             reached = min((self.ranks[m].seqs.get(gid, -1) if m in self.ranks else -1 for m in g.ranks), default=-1)
             floor = min(reached, low[gid] - 1) if gid in low else reached
             rt = self.retired.get(gid)
@@ -327,6 +335,7 @@ class Model:
         if rt is None:
             rt = self.retired[group] = Retired()
         rt.add_many(seqs)
+        self._raise_floors((group,))
 
     # ------------------------------------------------------------------ ingest
 
@@ -375,8 +384,9 @@ class Model:
 
     def ingest_many(self, ranks: Sequence[int], events: Sequence[Event], settle: bool = False) -> int:
         """`ingest(ranks[i], events[i])` for each i in order, a batch at a time
-        (`model/columns.py`): the same state, far less time per event. `settle`: see
-        `columns.ingest_events`; returns how many were ingested."""
+        (`model/columns.py`): the same state, far less time per event (while shedding,
+        the same counts: see `columns`). `settle`: see `columns.ingest_events`; returns
+        how many were ingested."""
         return columns.ingest_events(self, ranks, events, settle)
 
     def ingest(self, rank: int, ev: Event) -> None:
@@ -514,8 +524,10 @@ class Model:
             r = self.ranks[rank] = RankState(rank)
             self.tracker.forget_rank(rank)
             # its sequence numbers start again at 0, below what a spell of shedding
-            # counted: those keys must open instances again
-            self.retired.clear()
+            # counted: its groups' keys must open instances again
+            for gid, g in self.groups.items():
+                if rank in g.ranks:
+                    self.retired.pop(gid, None)
         r.hello = h
         r.offset_ns = offset_ns(h)
         r.last_seen = max(r.last_seen, h.wall_ns)
@@ -685,6 +697,8 @@ class Model:
             self._fold(next(iter(self.pending.values())), completed=False)
         self._sweep_at = max(SWEEP_FIRST, 2 * len(self.pending))
         self.sweeps += 1
+        if self._shed:
+            self._raise_floors(list(self.retired))
 
     def gone_note(self, rank: int) -> str | None:
         """How a rank's process ended, in words for messages; None while it runs."""

@@ -111,6 +111,7 @@ class Server:
         self.frames = 0  # valid frames handed to the model
         self.rejected = Tally(max_peers)  # bad frames, per peer
         self.shed = Tally(max_peers)  # valid frames not ingested (over the rate, queue full), per peer
+        self.behind_frames = 0  # of those, the frames the inbox had no room for: the model is behind
         self.peers: dict[bytes, float] = {}  # identity -> when last heard (monotonic s)
         self.flood_limit = flood_frames_per_s
         self.max_peers = max_peers
@@ -341,6 +342,7 @@ class Server:
             self._acks.append(ident)
             return False
         if batch is None or not self._inbox.put((batch, payload, ident), cost(payload, batch_len(batch))):
+            self.behind_frames += 1
             self._shed(ident, now, f"the model is {self._inbox.max_bytes >> 20} MB behind")
             self._acks.append(ident)
             return False
