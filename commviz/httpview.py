@@ -66,8 +66,19 @@ class StateServer:
         self.httpd.server_close()
 
     def summary(self) -> dict:
-        with self.feed.lock:
-            return self.feed.model.summary(time.time_ns())
+        """The summary document now, and for a live collector an `ingest` part: how
+        far behind it is and what it sheds, so a script sees a collector that keeps
+        counts exact but has stopped timing (`commviz summary --live --json`)."""
+        feed = self.feed
+        with feed.lock:
+            doc = feed.model.summary(time.time_ns())
+            ov, srv = getattr(feed, "overload", None), getattr(feed, "server", None)
+            if ov is not None and srv is not None:
+                doc["ingest"] = {
+                    "lag_s": round(ov.lag_ns / 1e9, 3), "shedding": ov.shedding, "why": ov.why if ov.shedding else "",
+                    "shed_spells": ov.spells, "shed_frames": srv.shed_frames, "shed_instances": feed.model.shed_ops,
+                }
+            return doc
 
     def _handler(self):
         server = self

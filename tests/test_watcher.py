@@ -94,6 +94,15 @@ def test_shed_frames_are_shown_by_peer(tmp_path):
     # detail, and says so
     assert feed.server.behind_frames == feed.server.shed_frames
     assert feed.model.shed and "frames lost: shedding detail" in feed.status()
+    # and a script asking the collector's summary (`summary --live --json`) is told
+    from commviz.httpview import StateServer, fetch_summary
+
+    http = StateServer(feed, "127.0.0.1", 0).start()
+    try:
+        ingest = fetch_summary(f"{http.url}/summary")["ingest"]
+    finally:
+        http.close()
+    assert ingest["shedding"] and ingest["why"] == "frames lost" and ingest["shed_frames"] >= 19
 
 
 def test_note_stop_marks_every_running_rank_in_its_own_clock(tmp_path):
