@@ -519,3 +519,37 @@ def test_outside_a_spell_nothing_is_counted_early(monkeypatch):
     trace = _lossy_run(ranks=4, steps=600, per_frame=20, lose=0.2, seed=3)
     one, many, _ = _one_and_many(monkeypatch, trace)
     assert not many.retired and len(many.pending) == len(one.pending) > 0
+
+
+def test_while_shedding_a_hang_in_a_batch_is_still_found(monkeypatch):
+    """Starts with no end in the batch open instances as before: three ranks inside a
+    collective the fourth never came to is a hang, shedding or not."""
+    monkeypatch.setattr(columns, "MIN_BATCH", 8)
+    trace = _lossy_run(ranks=4, steps=200, per_frame=20, lose=0.2, seed=7)
+    trace += [(r, OpStart(200, 10**9, "all_reduce", "0", 200, 64)) for r in (0, 1, 2)]
+    m = Model(hang_after_s=1.0)
+    m.shed = True
+    m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    [d] = m.findings(now=10**18 + 5 * 10**9 + 10**9).diagnoses
+    assert d.kind.value == "hang" and d.missing_ranks == [3] and d.seq == 200
+
+
+def test_a_spell_begins_above_the_instances_still_open():
+    """When shedding begins, the counted keys start below the lowest instance still
+    open (a late member may complete it) and what every member has reached."""
+    m = Model()
+    for r in range(3):
+        m.ingest(r, Hello(r, r, 3, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18))
+        m.ingest(r, GroupDef("0", [0, 1, 2], "gloo"))
+    for i in range(10):
+        for r in range(3):
+            if i == 6 and r == 2:
+                continue  # rank 2's frame of step 6 is late: (0, 6) stays open
+            m.ingest(r, OpStart(i, 1000 * i, "all_reduce", "0", i, 64))
+            m.ingest(r, OpEnd(i, 1000 * i + 10))
+    assert list(m.pending) == [("0", 6)]
+    m.shed = True
+    assert m.retired["0"].floor == 5 and not m.counted("0", 6)
+    m.ingest(2, OpStart(6, 6000, "all_reduce", "0", 6, 64))
+    m.ingest(2, OpEnd(6, 6010))
+    assert not m.pending and m.summary()["ops"][0]["count"] == 10
