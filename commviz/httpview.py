@@ -12,6 +12,7 @@ ranks and relays present (transport/token.py).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
 import threading
@@ -72,12 +73,9 @@ class StateServer:
         feed = self.feed
         with feed.lock:
             doc = feed.model.summary(time.time_ns())
-            ov, srv = getattr(feed, "overload", None), getattr(feed, "server", None)
-            if ov is not None and srv is not None:
-                doc["ingest"] = {
-                    "lag_s": round(ov.lag_ns / 1e9, 3), "shedding": ov.shedding, "why": ov.why if ov.shedding else "",
-                    "shed_spells": ov.spells, "shed_frames": srv.shed_frames, "shed_instances": feed.model.shed_ops,
-                }
+            counts = getattr(feed, "ingest_counts", None)  # a live feed's (not attach's rounds)
+            if counts is not None:
+                doc["ingest"] = {**dataclasses.asdict(counts()), "shed_instances": feed.model.shed_ops}
             return doc
 
     def _handler(self):

@@ -77,6 +77,7 @@ from commviz import ops as opcat
 from commviz.errors import CommvizError
 from commviz.model.diagnosis import Kind, RankStatus
 from commviz.model.state import MetricsView
+from commviz.watcher import IngestCounts
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_GROUPS = 16
@@ -85,18 +86,6 @@ OTHER = "other"
 QUANTILES = ((0.5, 50), (0.99, 99))  # (the label's value, the model's percentile)
 # the dashboard's six words, in its order of severity (worst first)
 STATES = tuple(sorted(RankStatus, key=lambda s: s.severity))
-
-
-@dataclass(frozen=True)
-class IngestCounts:
-    """What the live feed says about keeping up, beside the model."""
-
-    lag_s: float = 0.0
-    shedding: bool = False
-    shed_spells: int = 0
-    shed_frames: int = 0
-    refused_token: int = 0
-    refused_limit: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,16 +153,8 @@ def read_model(model, labels: GroupLabels, now: int | None = None, ingest: Inges
 def read_feed(feed, labels: GroupLabels) -> Reading:
     """A `LiveFeed`'s reading, taken as the dashboard takes its snapshot: under the
     view lock (frames younger than the drain interval may stay queued), once."""
-    srv = getattr(feed, "server", None)
     with feed.view_lock:
-        ov = feed.overload
-        ingest = IngestCounts(
-            lag_s=ov.lag_ns / 1e9, shedding=ov.shedding, shed_spells=ov.spells,
-            shed_frames=srv.shed_frames if srv is not None else 0,
-            refused_token=srv.denied if srv is not None else 0,
-            refused_limit=srv.turned_away if srv is not None else 0,
-        )
-        return read_model(feed.model, labels, feed.now_ns(), ingest)
+        return read_model(feed.model, labels, feed.now_ns(), feed.ingest_counts())
 
 
 # ----------------------------------------------------------------- mapping

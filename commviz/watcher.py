@@ -8,6 +8,7 @@ import os
 import socket
 import threading
 import time
+from dataclasses import dataclass
 
 from commviz.events import Batch, batch_len
 from commviz.model import Model
@@ -26,6 +27,20 @@ DRAIN_S = 0.25
 # own batch). A batch takes a collective in bulk only if all its members' frames are
 # in it: at 1,024 ranks whose frames carry 64 steps, one instance spans 131,072 events.
 DRAIN_EVENTS = 200_000
+
+
+@dataclass(frozen=True)
+class IngestCounts:
+    """What a live feed says about keeping up, beside the model: read by /metrics
+    and by a collector's summary (`LiveFeed.ingest_counts`)."""
+
+    lag_s: float = 0.0
+    shedding: bool = False
+    why: str = ""  # while shedding: "behind the job" or "frames lost"
+    shed_spells: int = 0
+    shed_frames: int = 0
+    refused_token: int = 0
+    refused_limit: int = 0
 
 
 class DrainingLock:
@@ -294,6 +309,13 @@ class LiveFeed:
                     with self._qlock:
                         self.writer.write(encode_batch(r.rank, [ev], schema=STOPPED_SINCE))
                 self.model.ingest(r.rank, ev)
+
+    def ingest_counts(self) -> IngestCounts:
+        """How far behind the job this feed is and what it sheds; call it under a
+        lock of the model's, with what is read from the model."""
+        ov, srv = self.overload, self.server
+        return IngestCounts(lag_s=ov.lag_ns / 1e9, shedding=ov.shedding, why=ov.why, shed_spells=ov.spells,
+                            shed_frames=srv.shed_frames, refused_token=srv.denied, refused_limit=srv.turned_away)
 
     # Feed protocol (read by the TUI) ------------------------------------
 

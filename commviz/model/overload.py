@@ -30,7 +30,7 @@ class Overload:
     spells: int = 0  # how many times shedding began
     lost: int = 0  # frames lost on the way so far, as last told
     lost_at: int = 0  # wall ns when that count last grew (0: never)
-    why: str = ""  # what the spell is for: "behind the job" or "frames lost"
+    why: str = ""  # while shedding, what for: "behind the job" or "frames lost"
 
     def update(self, now_ns: int, newest_ns: int, lost: int = 0) -> bool:
         """Note the lag at `now_ns` (wall clock) given the newest event's time, and
@@ -46,8 +46,7 @@ class Overload:
             self.spells += 1
         elif self.shedding and lag_s < self.shed_after_s / 2 and not losing:
             self.shedding = False
-        if self.shedding:
-            self.why = "frames lost" if losing else "behind the job"
+        self.why = ("frames lost" if losing else "behind the job") if self.shedding else ""
         return self.shedding
 
     def words(self) -> str:
