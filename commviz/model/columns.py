@@ -578,6 +578,7 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     p.sig_list = sigs.sig_list
     p.members = sigs.members
     p.sig_group = sigs.sig_group
+    p.group_names = sigs.group_names
     p.s_wall = s_t[fs] + offsets[ri]
     p.e_wall = e_t[fe] + offsets[ri]
     dur = rank_durations(s_t[fs], e_t[fe], x.e_dev[fe])
@@ -686,10 +687,7 @@ def _retire(model: Model, p: _Plan) -> None:
     if not len(folded):
         return
     g = p.sig_group[p.i_sig[folded]]
-    names = [k[1] for k in p.sig_list]
-    for code in np.unique(g).tolist():
-        k = int(np.flatnonzero(p.sig_group == code)[0])
-        model.retire_many(names[k], p.i_seq[folded[g == code]])
+    model.retire_many({p.group_names[code]: p.i_seq[folded[g == code]] for code in np.unique(g).tolist()})
 
 
 class _FastEnds:

@@ -295,11 +295,14 @@ class Model:
     @shed.setter
     def shed(self, on: bool) -> None:
         if on and not self._shed:
-            self._begin_shedding()
+            self._raise_floors(self.groups)
         self._shed = bool(on)
 
-    def _begin_shedding(self) -> None:
-        self._raise_floors(self.groups)
+    def _retired_of(self, group: str) -> Retired:
+        rt = self.retired.get(group)
+        if rt is None:
+            rt = self.retired[group] = Retired()
+        return rt
 
     def _raise_floors(self, groups) -> None:
         """Each group's instances at or below the lowest one still open and the lowest
@@ -316,12 +319,7 @@ class Model:
             if g is None:
                 continue
             reached = min((self.ranks[m].seqs.get(gid, -1) if m in self.ranks else -1 for m in g.ranks), default=-1)
-            floor = min(reached, low[gid] - 1) if gid in low else reached
-            rt = self.retired.get(gid)
-            if rt is None:
-                rt = self.retired[gid] = Retired(floor)
-            else:
-                rt.raise_floor(floor)
+            self._retired_of(gid).raise_floor(min(reached, low[gid] - 1) if gid in low else reached)
 
     def counted(self, group: str, seq: int) -> bool:
         """A collective instance counted while shedding and no longer open: a member
@@ -329,13 +327,11 @@ class Model:
         rt = self.retired.get(group)
         return rt is not None and seq in rt and (group, seq) not in self.pending
 
-    def retire_many(self, group: str, seqs) -> None:
-        """The batch path folded these instances of `group` while shedding."""
-        rt = self.retired.get(group)
-        if rt is None:
-            rt = self.retired[group] = Retired()
-        rt.add_many(seqs)
-        self._raise_floors((group,))
+    def retire_many(self, seqs_by_group: dict) -> None:
+        """The batch path folded these instances (group -> their seqs) while shedding."""
+        for group, seqs in seqs_by_group.items():
+            self._retired_of(group).add_many(seqs)
+        self._raise_floors(seqs_by_group)
 
     # ------------------------------------------------------------------ ingest
 
@@ -642,10 +638,7 @@ class Model:
             self._finish(inst)
         if self._shed:
             self.shed_ops += 1
-            rt = self.retired.get(inst.group)
-            if rt is None:
-                rt = self.retired[inst.group] = Retired()
-            rt.add(inst.seq)
+            self._retired_of(inst.group).add(inst.seq)
             return
         g = self.groups.get(inst.group)
         members = list(g.ranks) if g is not None else sorted(inst.starts)
