@@ -9,8 +9,9 @@ collector and never slows ingest for longer than one snapshot. Any number of vie
 (and scrapes) share one collector; each request is served on a thread of its own.
 
 The body is a pickle (the snapshot is a graph of the model's dataclasses), read back
-with an unpickler that builds only commviz's own types and plain containers: a
-collector that answers something else gets a clear error, not code run in the view.
+with an unpickler that builds only commviz's own data types and plain containers
+(ownpickle.py): a collector that answers something else gets a clear error, not code
+run in the view.
 """
 
 from __future__ import annotations
@@ -23,44 +24,23 @@ import urllib.request
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode, urlparse
 
+from commviz import ownpickle
 from commviz.errors import CommvizError
 
 CONTENT_TYPE = "application/x-commviz-view"
 PROTOCOL = 2  # the hello's (2: rank rows are `RankRow`s); a view refuses a collector that speaks another
 TIMEOUT_S = 5.0
 
-# What a snapshot is made of besides commviz's own classes.
-_ALLOWED = {
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "complex"), ("builtins", "slice"),
-    ("collections", "OrderedDict"), ("collections", "deque"), ("collections", "defaultdict"),
-    ("copyreg", "_reconstructor"), ("builtins", "object"),
-    ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
-    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"), ("numpy", "ndarray"),
-}
-
-
-# rich's plain data (styled text in the alert rows)
-_ALLOWED_MODULES = {"rich.text", "rich.style", "rich.color", "rich.color_triplet", "rich.segment"}
-
 
 class ViewError(CommvizError):
     pass
 
 
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str):
-        if (module == "commviz" or module.startswith("commviz.")) and not name.startswith("_") \
-                or (module, name) in _ALLOWED or (module in _ALLOWED_MODULES and not name.startswith("_")):
-            return super().find_class(module, name)
-        raise ViewError(f"the collector's answer names {module}.{name}, which a view does not build: "
-                        "is that a commviz collector of this version?")
-
-
 def loads(data: bytes):
     try:
-        return _Unpickler(io.BytesIO(data)).load()
-    except ViewError:
-        raise
+        return ownpickle.load(io.BytesIO(data))
+    except ownpickle.RefusedPickle as exc:
+        raise ViewError(f"the collector's answer {exc}: is that a commviz collector of this version?") from None
     except Exception as exc:  # a truncated or foreign body: say so, do not crash the view
         raise ViewError(f"the collector's answer could not be read ({type(exc).__name__}: {exc})") from None
 
