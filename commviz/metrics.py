@@ -162,9 +162,13 @@ def read_feed(feed, labels: GroupLabels) -> Reading:
 
 def families(reading: Reading, labels: GroupLabels) -> list[Metric]:
     """The metric families of one reading (pure: no lock, no model)."""
-    v = reading.view
-    out: list[Metric] = []
+    return (_call_families(reading, labels) + _op_families(reading, labels) + _rank_families(reading)
+            + _hang_families(reading) + _ingest_families(reading) + _job_families(reading, labels))
 
+
+def _call_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
+    """The exact per-rank counters: calls and bytes by (rank, group, op)."""
+    v = reading.view
     calls = CounterMetricFamily("commviz_collective_calls_total", "Ops each rank ended, per group and op.",
                                 labels=["rank", "group", "op"])
     nbytes = CounterMetricFamily("commviz_collective_bytes_total",
@@ -180,10 +184,12 @@ def families(reading: Reading, labels: GroupLabels) -> list[Metric]:
         for (group, op), (c, b) in sorted(cells.items()):
             calls.add_metric([rank, group, op], c)
             nbytes.add_metric([rank, group, op], b)
-    out += [calls, nbytes]
+    return [calls, nbytes]
 
-    out += _op_families(reading, labels)
 
+def _rank_families(reading: Reading) -> list[Metric]:
+    """Each rank's state and drops, and the count of ranks in each state."""
+    v = reading.view
     state = GaugeMetricFamily("commviz_rank_state", "1 for the state each rank is in, 0 for the others.",
                               labels=["rank", "state"])
     counts = {s: 0 for s in STATES}
@@ -198,8 +204,13 @@ def families(reading: Reading, labels: GroupLabels) -> list[Metric]:
     ranks = GaugeMetricFamily("commviz_ranks", "Ranks in each state.", labels=["state"])
     for s in STATES:
         ranks.add_metric([s.value], counts[s])
-    out += [state, ranks, dropped]
+    return [state, ranks, dropped]
 
+
+def _hang_families(reading: Reading) -> list[Metric]:
+    """Open hangs with their age (the longest waits first, at most MAX_HANGS), and the
+    diagnoses by kind."""
+    v = reading.view
     age = GaugeMetricFamily("commviz_hang_age_seconds",
                             "Open hangs (hang, p2p_deadlock, dead_rank): how long their ranks have waited.",
                             labels=["kind", "group", "op", "seq"])
@@ -208,13 +219,20 @@ def families(reading: Reading, labels: GroupLabels) -> list[Metric]:
     diags = GaugeMetricFamily("commviz_diagnoses", "Diagnoses now, by kind.", labels=["kind"])
     for k in Kind:
         diags.add_metric([k.value], v.diagnoses.get(k.value, 0))
-    out += [age, diags]
+    return [age, diags]
 
-    out.append(CounterMetricFamily("commviz_events_total", "Events ingested.", value=v.events))
-    out.append(CounterMetricFamily("commviz_ingest_shed_instances_total",
-                                   "Collectives folded in untimed while shedding detail.", value=v.shed_ops))
-    out.append(CounterMetricFamily("commviz_ingest_bad_frames_total", "Frames or rings that failed to decode.",
-                                   value=v.decode_errors))
+
+def _ingest_families(reading: Reading) -> list[Metric]:
+    """Events taken, and keeping up: lag and shedding (the feed's counts where a live
+    feed is read, the model's own flag otherwise)."""
+    v = reading.view
+    out: list[Metric] = [
+        CounterMetricFamily("commviz_events_total", "Events ingested.", value=v.events),
+        CounterMetricFamily("commviz_ingest_shed_instances_total",
+                            "Collectives folded in untimed while shedding detail.", value=v.shed_ops),
+        CounterMetricFamily("commviz_ingest_bad_frames_total", "Frames or rings that failed to decode.",
+                            value=v.decode_errors),
+    ]
     ing = reading.ingest
     shedding = ing.shedding if ing is not None else v.shed
     out.append(GaugeMetricFamily("commviz_ingest_shedding", "1 while per-event detail is shed.",
@@ -232,19 +250,21 @@ def families(reading: Reading, labels: GroupLabels) -> list[Metric]:
         refused.add_metric(["token"], ing.refused_token)
         refused.add_metric(["limit"], ing.refused_limit)
         out.append(refused)
+    return out
 
+
+def _job_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
+    """The job, its world size and its labelled groups' sizes."""
+    v = reading.view
     info = GaugeMetricFamily("commviz_job_info", "The job being watched.", labels=["job", "backend"])
     if v.job:
         info.add_metric([v.job, v.backend], 1.0)
-    out.append(info)
-    out.append(GaugeMetricFamily("commviz_world_size", "The job's world size.", value=v.world_size))
     size = GaugeMetricFamily("commviz_group_size", "Ranks in each group with a label of its own.",
                              labels=["group", "name"])
     for gid in sorted(labels.named):
         name, n = v.groups.get(gid, ("", 0))
         size.add_metric([gid, name], n)
-    out.append(size)
-    return out
+    return [info, GaugeMetricFamily("commviz_world_size", "The job's world size.", value=v.world_size), size]
 
 
 def _op_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
