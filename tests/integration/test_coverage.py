@@ -12,7 +12,8 @@ from commviz.events import GroupDef, OpEnd, OpStart
 from commviz.trace.file import load
 from tests.integration.conftest import AG_SINGLE, RS_SINGLE, JOBS, run, torchrun
 
-pytestmark = pytest.mark.integration
+# one worker runs the module: its job (a module fixture) runs once under `pytest -n`
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("coverage")]
 WORLD = 4
 
 

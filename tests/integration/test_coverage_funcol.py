@@ -11,7 +11,8 @@ from commviz.events import OpEnd, OpStart
 from commviz.trace.file import load
 from tests.integration.conftest import DTENSOR_GATHER, JOBS, commviz, run, torchrun
 
-pytestmark = pytest.mark.integration
+# one worker runs the module: its job (a module fixture) runs once under `pytest -n`
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("coverage_funcol")]
 WORLD = 2
 
 

@@ -9,6 +9,9 @@ import pytest
 
 from tests.integration.conftest import JOBS, commviz, run, torchrun
 
+# one worker runs the module: its job (a module fixture) runs once under `pytest -n`
+pytestmark = pytest.mark.xdist_group("torchfiles")
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
