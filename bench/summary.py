@@ -1,0 +1,71 @@
+"""`commviz summary --json TRACE` timed as a user runs it: wall-clock, CPU of the
+command and every process it started, and the peak resident memory of the whole
+process tree (sampled every 10 ms: a command that starts a helper process is
+measured whole).
+
+    python bench/synth.py --ranks 256 --ops 5000 -o /tmp/t256.cvz
+    python bench/summary.py /tmp/t256.cvz [--runs 2]
+
+One line per run, ending in events per second of wall-clock.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+
+import psutil
+
+
+def tree_rss(p: psutil.Process) -> int:
+    total = 0
+    for q in [p, *p.children(recursive=True)]:
+        try:
+            total += q.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def run_once(trace: str) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen([sys.executable, "-m", "commviz.cli", "summary", "--json", trace],
+                                stdout=out, stderr=subprocess.DEVNULL)
+        ps, peak = psutil.Process(proc.pid), 0
+        while proc.poll() is None:
+            try:
+                peak = max(peak, tree_rss(ps))
+            except psutil.Error:
+                pass
+            time.sleep(0.01)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        doc = json.load(out)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode != 0:
+        raise SystemExit(f"summary failed with exit code {proc.returncode}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak / 2**20, "events": doc["events"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("trace")
+    ap.add_argument("--runs", type=int, default=2)
+    args = ap.parse_args(argv)
+    for _ in range(args.runs):
+        r = run_once(args.trace)
+        print(f"{r['events']:,} events  {r['wall_s']:.2f} s wall  {r['cpu_s']:.2f} s CPU  "
+              f"peak {r['peak_mb']:.0f} MB (whole tree)  {r['events'] / r['wall_s'] / 1e6:.2f}M events/s wall")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
