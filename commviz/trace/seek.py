@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import gc
 import gzip
+import hashlib
+import io
 import os
 import pickle
 import shutil
@@ -178,6 +180,7 @@ class Checkpoint:
     t: int  # the time of the last of them: a seek to any time at or after it may start here
     last_op: int  # index of the newest OpStart/OpEnd among them (-1: none)
     file: str
+    digest: bytes  # SHA-256 of the file as the index wrote it: `load` reads nothing else
 
 
 @dataclass
@@ -228,8 +231,8 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
         since += len(chunk)
         last_t = int(chunk.times[-1])
         if since >= every and (not step_bytes or bytes_read(merge) >= next_bytes):
-            ck = Checkpoint(n, last_t, newest_op, os.path.join(save_dir, f"{n}.ckpt"))
-            save(ck.file, model, trace.state_of(merge, n))
+            path = os.path.join(save_dir, f"{n}.ckpt")
+            ck = Checkpoint(n, last_t, newest_op, path, save(path, model, trace.state_of(merge, n)))
             since = 0
             next_bytes = bytes_read(merge) + step_bytes
             frac = bytes_read(merge) / total_bytes if total_bytes else n / max(trace.total or n, 1)
@@ -239,21 +242,49 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
     send(("done", n, last_t, seen.marks[sent_marks:], diagnoses))
 
 
-def save(path: str, model, state) -> None:
-    """Pickled and compressed as it is written: no copy of it whole in memory."""
+def save(path: str, model, state) -> bytes:
+    """Pickled and compressed as it is written: no copy of it whole in memory. Returns
+    the file's SHA-256, which travels to the replay with the checkpoint (`load`)."""
     tmp = path + ".part"
-    with gzip.open(tmp, "wb", compresslevel=1) as f:
-        pickle.dump((model, state), f, protocol=pickle.HIGHEST_PROTOCOL)
+    with open(tmp, "wb") as raw:
+        digesting = _Digesting(raw)
+        with gzip.GzipFile(fileobj=digesting, mode="wb", compresslevel=1) as f:
+            pickle.dump((model, state), f, protocol=pickle.HIGHEST_PROTOCOL)
     os.replace(tmp, path)
+    return digesting.sha.digest()
+
+
+class _Digesting:
+    """A file being written that hashes what goes into it."""
+
+    def __init__(self, f) -> None:
+        self.f, self.sha = f, hashlib.sha256()
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+class CheckpointChanged(ValueError):
+    """A checkpoint's file is not the one the index wrote."""
 
 
 def load(ck: Checkpoint):
-    """(model, cursor state) saved at `ck`. A plain unpickler, unlike a remote view's
-    (viewlink.py): the file is one this replay's own index pass wrote, in a directory
-    `mkdtemp` made readable and writable by this user alone, so nothing in it comes
-    from anyone this process does not already trust; the same holds for the pipe to
-    that pass."""
-    with gzip.open(ck.file, "rb") as f:
+    """(model, cursor state) saved at `ck`. A pickle can run code, and these hold the
+    model's own classes (REDUCE and NEWOBJ in every one), so no opcode screen could
+    tell them from a hostile one; instead the file must be byte for byte the one this
+    replay's index wrote: its SHA-256 came with the checkpoint over the index's own
+    pipe (or thread), and anything else in the file's place — whoever put it there,
+    in a folder `mkdtemp` made for this user alone — is refused before a byte of it
+    is unpickled."""
+    with open(ck.file, "rb") as f:
+        data = f.read()
+    if hashlib.sha256(data).digest() != ck.digest:
+        raise CheckpointChanged(f"{ck.file} is not the file the index wrote; not loaded")
+    with gzip.GzipFile(fileobj=io.BytesIO(data), mode="rb") as f:
         return pickle.load(f)
 
 

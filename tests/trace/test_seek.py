@@ -150,6 +150,35 @@ def test_the_index_runs_in_its_own_process_and_its_files_go_with_it(trace_file, 
     assert not os.path.exists(d)
 
 
+RAN = []
+
+
+def _ran():
+    RAN.append("unpickled")
+
+
+class _Hostile:
+    def __reduce__(self):
+        return _ran, ()
+
+
+def test_a_checkpoint_file_replaced_is_refused_unread_and_the_seek_reads_from_the_start(trace_file, often):
+    import gzip
+    import pickle
+
+    feed = streamed(trace_file)
+    assert feed.index.done.wait(60) and not feed.index.state.error
+    for ck in feed.index.state.checkpoints:  # a pickle that runs code when loaded, in each one's place
+        with gzip.open(ck.file, "wb") as f:
+            pickle.dump(_Hostile(), f)
+    feed.seek(0.6)
+    assert RAN == []
+    assert "is not the file the index wrote" in feed.index.state.error
+    model, k = truth(trace_file, target=feed.now_ns())
+    same(feed, model, k)
+    feed.close()
+
+
 def test_a_chunk_merge_resumed_from_its_state_hands_on_the_rest(tmp_path):
     # two files, clocks 5 s apart, so the merge holds events back between chunks
     write(tmp_path / "rank-0.cvz", [(0, [hello(0), group()])] + [(0, op(i, 100 * i, 100 * i + 50, seq=i))
