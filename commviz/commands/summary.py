@@ -23,6 +23,7 @@ def add_arguments(p) -> None:
 def run(args, cmd: list[str]) -> int:
     from commviz.model import Model
     from commviz.report import render_summary
+    from commviz.trace import readahead
 
     if args.live:
         from commviz.httpview import fetch_summary
@@ -36,7 +37,7 @@ def run(args, cmd: list[str]) -> int:
     # Read in bounded memory: frames stream through the model, which keeps aggregates.
     loaded = open_stream(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
     model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
-    model.ingest_chunks(loaded.chunks(), cut_off=loaded.truncated, snapshot=loaded.snapshot)
+    model.ingest_chunks(readahead.chunks(loaded), cut_off=loaded.truncated, snapshot=loaded.snapshot)
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems

@@ -636,7 +636,85 @@ done:
     return ret;
 }
 
+/* heads(block, start, end, max_frame, tag) -> (rows, stop, too_long): the first
+ * pass over a trace file (trace/stream.py), which wants of each frame only where it
+ * lies, its rank and whether it holds a hello: in Python that loop is most of the
+ * pass. Walks the frames lying whole in block[start:end]; rows holds 4 int64 per
+ * frame: its offset in the block, its payload's length, its rank (-1 where the
+ * frame's head is not the plain [schema, rank, ...] Python's fast path reads too:
+ * Python asks msgspec) and 1 if `tag` occurs in the payload. Stops at the first
+ * frame not whole in the block (stop is its offset) or, too_long set, at a length
+ * over max_frame. */
+static PyObject *heads(PyObject *Py_UNUSED(self), PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "heads(block: bytes, start, end, max_frame, tag: bytes)");
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    long long max_frame = PyLong_AsLongLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    const unsigned char *tag = (const unsigned char *)PyBytes_AS_STRING(args[4]);
+    Py_ssize_t tn = PyBytes_GET_SIZE(args[4]);
+    if (end > size) end = size;
+    if (pos < 0 || tn < 1) {
+        PyErr_SetString(PyExc_ValueError, "heads: a negative start or an empty tag");
+        return NULL;
+    }
+    Py_ssize_t cap = 1024, m = 0;
+    long long *rows = PyMem_Malloc(cap * 4 * sizeof(long long));
+    if (rows == NULL) return PyErr_NoMemory();
+    int too_long = 0;
+    while (pos + 4 <= end) {
+        long long n = (long long)b[pos] | ((long long)b[pos + 1] << 8) | ((long long)b[pos + 2] << 16) |
+                      ((long long)b[pos + 3] << 24);
+        if (n > max_frame) {
+            too_long = 1;
+            break;
+        }
+        if (pos + 4 + n > end) break;
+        const unsigned char *p = b + pos + 4;
+        long long rank = -1;
+        if (n >= 5 && p[0] == 0x93 && p[1] <= 0x7F) {
+            if (p[2] <= 0x7F) rank = p[2];
+            else if (p[2] == 0xCC) rank = p[3];
+            else if (p[2] == 0xCD) rank = ((long long)p[3] << 8) | p[4];
+        }
+        long long hello = 0;
+        for (const unsigned char *q = p, *last = p + (n >= tn ? n - tn : -1); n >= tn && q <= last; q++) {
+            q = memchr(q, tag[0], (size_t)(last - q + 1));
+            if (q == NULL) break;
+            if (memcmp(q, tag, (size_t)tn) == 0) {
+                hello = 1;
+                break;
+            }
+        }
+        if (m == cap) {
+            long long *more = PyMem_Realloc(rows, 2 * cap * 4 * sizeof(long long));
+            if (more == NULL) {
+                PyMem_Free(rows);
+                return PyErr_NoMemory();
+            }
+            rows = more;
+            cap *= 2;
+        }
+        long long *r = rows + 4 * m++;
+        r[0] = pos;
+        r[1] = n;
+        r[2] = rank;
+        r[3] = hello;
+        pos += 4 + n;
+    }
+    PyObject *out = PyBytes_FromStringAndSize((const char *)rows, m * 4 * (Py_ssize_t)sizeof(long long));
+    PyMem_Free(rows);
+    if (out == NULL) return NULL;
+    return Py_BuildValue("(Nni)", out, pos, too_long);
+}
+
 static PyMethodDef module_methods[] = {
+    {"heads", (PyCFunction)(void (*)(void))heads, METH_FASTCALL, "where a block's whole frames lie, their ranks, "
+     "which hold a tag"},
     {"bind", bind, METH_VARARGS, "the event types and their fields' member descriptors"},
     {"fill", (PyCFunction)(void (*)(void))fill, METH_FASTCALL, "a batch's columns from its events"},
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL, "a frame's columns from its msgpack"},

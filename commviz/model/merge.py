@@ -205,18 +205,22 @@ def _flush_untimed(src: StreamSource, i: int, buf: list, rank: int | None = None
 CHUNK = 65536
 
 
-class _Timed(NamedTuple):
-    """A decoded frame stamped in bulk: its events and their raw stamps."""
+class Timed(NamedTuple):
+    """A decoded frame stamped in bulk: its events and their raw stamps; where it lies
+    if it was read from a file (`ColFrame.file`, `ColFrame.at`)."""
 
     rank: int
     events: list
     ts: list
+    file: int = -1
+    at: int = -1
+    size: int = 0
 
 
 class _Pending:
     """The frames a batched merge has read and not yet handed on, as columns: the
     frames stamped in bulk (every event timed, no new offset: frames read into
-    columns, `store.ColFrame`, or decoded ones, `_Timed`), the events of frames stamped
+    columns, `store.ColFrame`, or decoded ones, `Timed`), the events of frames stamped
     one by one (`_stamp`), and what an earlier sort kept back (an `EventStore`, or a
     list of events after a resume)."""
 
@@ -227,7 +231,7 @@ class _Pending:
 
     def clear(self) -> None:
         self.n = 0  # events in `parts`
-        self.parts: list = []  # ColFrame | _Timed, frame after frame
+        self.parts: list = []  # ColFrame | Timed, frame after frame
         self.frames: list[tuple[int, int, int, int, int, int | None]] = []  # (rank, input, n0, count, offset, last)
         self.slow: list[tuple] = []  # (time, input, index, rank, event), as `_stamp` makes them
 
@@ -311,7 +315,9 @@ class ChunkMerge:
                         evs = batch.events
                         if rank not in src.waiting and evs:
                             try:
-                                ts = _Timed(rank, evs, list(map(get_t, evs)))
+                                ts = (Timed(rank, evs, list(map(get_t, evs))) if type(batch) is not ColFrame
+                                      else Timed(rank, evs, list(map(get_t, evs)), batch.file, batch.at,
+                                                  len(batch.payload)))
                                 n, tmax = len(evs), max(ts.ts)
                             except AttributeError:  # a hello or a group definition: one by one
                                 ts = None
@@ -380,7 +386,7 @@ def _flush(buf: _Pending, limit: float) -> Chunk | None:
         t = evs.t[k0:k0 + buf.n].copy()
         at = k0
         for p in buf.parts:  # a decoded frame's stamps: its Counters and Samples have one too
-            if type(p) is _Timed:
+            if type(p) is Timed:
                 t[at - k0:at - k0 + len(p.ts)] = p.ts
                 at += len(p.ts)
             else:

@@ -77,6 +77,10 @@ class ColFrame(msgspec.Struct, gc=False):
     tmax: int
     count: int
     decoded: list | None = None
+    # where the payload lies, for a reader in another process (`trace/readahead.py`):
+    # the index of its file among the trace's, and its offset there; -1 if not read from one
+    file: int = -1
+    at: int = -1
 
     @property
     def events(self) -> list:

@@ -9,7 +9,9 @@ import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+import numpy as np
 
 from commviz.events import Batch, FrameError, decode_batch
 from commviz.trace.ring import SUFFIX as RING_SUFFIX
@@ -20,6 +22,7 @@ HEADER = struct.Struct("<4sHH")  # magic, format version, reserved
 LEN = struct.Struct("<I")
 MAX_FRAME = 16 * 1024 * 1024  # bigger than any batch the probe writes; guards allocation
 SUFFIX = ".cvz"
+HELLO_TAG = b"\xa5hello"  # msgpack for the tag "hello": a first pass decodes a frame holding one
 
 
 class TraceError(ValueError):
@@ -123,21 +126,26 @@ def iter_frames(path: str, out: Loaded, start: int = 0, stop: int | None = None)
 SCAN_BLOCK = 8 << 20  # bytes a first pass reads at once
 
 
-def scan_frames(path: str, out: Loaded) -> Iterator[tuple[int, int, bytes, int]]:
+def scan_frames(path: str, out: Loaded, start: int = 0, stop: int | None = None,
+                block_size: int = SCAN_BLOCK) -> Iterator[tuple[int, int, bytes, int]]:
     """(offset, payload length, a block of the file, where the payload starts in it)
-    of each whole frame, as `iter_frames` finds them and with the same notes, for a
-    first pass that reads a few bytes of each frame: the file is read in blocks, no
-    payload copied out (nor mapped: mapped pages of a big file would count in the
-    process's resident memory)."""
+    of each whole frame, as `iter_frames` finds them (`start`, `stop` as there) and
+    with the same notes, for a pass that reads a few bytes of each frame, or copies
+    the payload out itself: the file is read in blocks, not twice a frame (nor mapped:
+    mapped pages of a big file would count in the process's resident memory)."""
     with open(path, "rb") as f:
         _check_header(path, f.read(HEADER.size))
         size = os.fstat(f.fileno()).st_size
+        if stop is not None:
+            size = min(size, stop)
         unpack = LEN.unpack_from
-        block, base, off = b"", HEADER.size, HEADER.size
+        off = max(start, HEADER.size)
+        f.seek(off)
+        block, base = b"", off
         while off < size:
             rel = off - base
             if rel + LEN.size > len(block):
-                block, base, rel = block[rel:] + f.read(SCAN_BLOCK), off, 0
+                block, base, rel = block[rel:] + f.read(min(block_size, size - off)), off, 0
                 if LEN.size > len(block):
                     _stray(out, path, off, len(block))
                     return
@@ -146,12 +154,40 @@ def scan_frames(path: str, out: Loaded) -> Iterator[tuple[int, int, bytes, int]]
                 _too_long(out, path, off, n)
                 return
             if rel + LEN.size + n > len(block):
-                block, base, rel = block[rel:] + f.read(max(SCAN_BLOCK, LEN.size + n)), off, 0
+                block, base, rel = block[rel:] + f.read(min(max(block_size, LEN.size + n), size - off)), off, 0
                 if LEN.size + n > len(block):
                     _cut(out, path, off, n, len(block) - LEN.size)
                     return
             yield off, n, block, rel + LEN.size
             off += LEN.size + n
+
+
+def scan_heads(path: str, out: Loaded, heads: Callable,
+               block_size: int = SCAN_BLOCK) -> Iterator[tuple[int, bytes, np.ndarray]]:
+    """`scan_frames` a block at a time, for a first pass whose loop is in C
+    (`model/_fastcols.c`'s `heads`): (the block's offset in the file, the block, a
+    row per whole frame in it: its offset in the block, its payload's length, its
+    rank or -1, 1 if it holds `HELLO_TAG`). The same frames, and the same notes: at a
+    length that cannot be right, or a cut-off tail, `scan_frames` takes over to say so."""
+    with open(path, "rb") as f:
+        _check_header(path, f.read(HEADER.size))
+        size = os.fstat(f.fileno()).st_size
+        block, base, rel = b"", HEADER.size, 0
+        while True:
+            rows, stop, too_long = heads(block, rel, size - base, MAX_FRAME, HELLO_TAG)
+            if rows:
+                yield base, block, np.frombuffer(rows, np.int64).reshape(-1, 4)
+            off, left = base + stop, len(block) - stop
+            if too_long or off >= size:
+                break
+            need = LEN.size + LEN.unpack_from(block, stop)[0] - left if left >= LEN.size else 0
+            more = f.read(min(max(block_size, need), size - base - len(block)))
+            if not more:
+                break
+            block, base, rel = block[stop:] + more, off, 0
+    if off < size:
+        for at, n, blk, p in scan_frames(path, out, start=off):  # (whole frames: none, but to be sure)
+            yield at - (p - LEN.size), blk, np.array([[p - LEN.size, n, -1, int(blk.find(HELLO_TAG, p, p + n) >= 0)]])
 
 
 def _stray(out: Loaded, path: str, off: int, k: int) -> None:

@@ -18,16 +18,22 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import msgspec
+import numpy as np
 
 from commviz.events import Batch, FrameError, Hello, decode_batch
 from commviz.model.merge import (CHUNK, ChunkMerge, ChunkMergeState, StreamSource, offset_ns, order_events,
                                  order_stream, order_stream_chunks)
-from commviz.model.store import decode_frame
+from commviz.model.store import ColFrame, decode_frame
 from commviz.trace import sources
-from commviz.trace.file import MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames, scan_frames
+from commviz import native
+from commviz.trace.file import (HELLO_TAG, MAGIC, RING_SUFFIX, SUFFIX, Loaded, TraceError, add_ring, iter_frames,
+                                SCAN_BLOCK, scan_frames, scan_heads)
 
+READ_BLOCK = 1 << 20  # bytes the decoding pass reads at once (a seek reads on from anywhere)
 PROGRESS_EVERY = 16 << 20  # bytes decoded between two progress calls
-HELLO_TAG = b"\xa5hello"  # msgpack for the tag "hello": a frame holding one is decoded in the first pass
+
+
+_heads = getattr(native.load("commviz.model._fastcols"), "heads", None)  # the first pass's loop in C
 
 
 class _Head(msgspec.Struct, array_like=True):
@@ -131,36 +137,19 @@ class TraceStream:
                 self.first_offset.setdefault(rank, off)
 
     def _scan_file(self, path: str) -> None:
-        counts: dict[int, int] = {}
-        last: dict[int, tuple[int, int | None]] = {}
-        newest_offset: dict[int, int] = {}
         self.info.files.append(path)
-        end = 0
-        base, next_note = self.total_bytes, PROGRESS_EVERY  # (the files scanned before this one)
-        for off, n, block, p in scan_frames(path, self.info):
-            end = off + 4 + n
-            if end >= next_note and self.progress is not None:
-                self.progress(base + end, self._scan_total, "scanning")
-                next_note = end + PROGRESS_EVERY
-            rank = frame_rank_at(block, p, n)
-            if rank is None:
-                continue  # the decoding pass counts and names it
-            counts[rank] = counts.get(rank, 0) + 1
-            if block.find(HELLO_TAG, p, p + n) >= 0:
-                try:
-                    batch = decode_batch(block[p:p + n])
-                except FrameError:
-                    batch = None
-                for ev in batch.events if batch is not None else ():
-                    if isinstance(ev, Hello):
-                        self.first_offset.setdefault(rank, offset_ns(ev))
-                        newest_offset[rank] = offset_ns(ev)
-            last[rank] = (off, newest_offset.get(rank))
-        for rank, (off, clock) in last.items():
+        scan = _FirstPass(self, path)
+        if _heads is not None:
+            for base, block, rows in scan_heads(path, self.info, _heads, min(SCAN_BLOCK, PROGRESS_EVERY)):
+                scan.frames(base, block, rows)
+        else:
+            for off, n, block, p in scan_frames(path, self.info):
+                scan.frame(off, n, block, p)
+        for rank, (off, clock) in scan.last.items():
             self._last_frames.setdefault(rank, []).append((path, off, clock))
         self._files.append(path)
-        self._ends.append(end)
-        self._counts.append(counts)
+        self._ends.append(scan.end)
+        self._counts.append(scan.counts)
         self.total_bytes += os.path.getsize(path)
 
     def end_estimate(self) -> int | None:
@@ -194,13 +183,17 @@ class TraceStream:
         return end
 
     def _decode(self, path: str, stop: int, start: int = 0, reader: FileFrames | None = None,
-                count: bool = True, decode: Callable[[bytes], Batch] = decode_batch) -> Iterator[tuple[int, Batch | None]]:
+                count: bool = True, decode: Callable[[bytes], Batch] = decode_batch,
+                mark: int = -1) -> Iterator[tuple[int, Batch | None]]:
         """The frames of `path` from offset `start` to `stop` (where the first pass
-        ended), decoded. `count`: this pass adds to `bytes_done` and calls `progress`
-        (a replay's many passes do not)."""
+        ended), decoded, each with its rank (a frame that did not decode: None, with
+        the rank its head names). `count`: this pass adds to `bytes_done` and calls `progress`
+        (a replay's many passes do not). `mark` >= 0: each ColFrame notes it as its
+        file's index, and its offset, so another process can read it again."""
         scratch = Loaded()  # the first pass already noted cut-offs and bad lengths
         next_note = PROGRESS_EVERY
-        for off, payload in iter_frames(path, scratch, start, stop):
+        for off, n, block, p in scan_frames(path, scratch, start, stop, READ_BLOCK):
+            payload = block[p:p + n]
             if reader is not None:
                 reader.position = off + len(payload) + 4
                 reader.bytes_read += len(payload) + 4
@@ -210,7 +203,7 @@ class TraceStream:
                     self.progress(self.bytes_done, self.total_bytes, "reading")
                     next_note = self.bytes_done + PROGRESS_EVERY
             try:
-                yield 0, decode(payload)
+                got = decode(payload)
             except FrameError as exc:
                 if (path, off) not in self._noted:
                     self._noted.add((path, off))
@@ -219,6 +212,10 @@ class TraceStream:
                 rank = frame_rank_at(payload, 0, len(payload))  # as the first pass counted it
                 if rank is not None:
                     yield rank, None
+                continue
+            if mark >= 0 and type(got) is ColFrame:
+                got.file, got.at = mark, off
+            yield got.rank, got
         if count:
             self.bytes_done += 8  # the header
 
@@ -235,26 +232,96 @@ class TraceStream:
             return ChunkMerge(self._sources(count=False, columns=True), self.first_offset, chunk)
         return ChunkMerge.resume(state, self._frames(state.positions, count=False, columns=True))
 
-    def chunks(self, chunk: int = CHUNK) -> Iterator:
+    def chunks(self, chunk: int = CHUNK, mark: bool = False) -> Iterator:
         """The same order as `events`, as `model.store.Chunk`s for `Model.ingest_chunks`,
-        sorted `chunk` events at a time."""
-        return order_stream_chunks(self._sources(columns=True), self.first_offset, chunk)
+        sorted `chunk` events at a time. `mark`: each frame read into columns knows
+        where it lies (`files`, `ColFrame.at`), for `trace.readahead`."""
+        return order_stream_chunks(self._sources(columns=True, mark=mark), self.first_offset, chunk)
 
-    def _frames(self, positions: list | None = None, count: bool = True, columns: bool = False) -> list:
+    @property
+    def files(self) -> list[str]:
+        """The trace's commviz files, in the order `ColFrame.file` numbers them."""
+        return list(self._files)
+
+    def _frames(self, positions: list | None = None, count: bool = True, columns: bool = False,
+                mark: bool = False) -> list:
         """`columns`: frames read into columns where they can be (`store.decode_frame`),
         for a merge that hands on `Chunk`s."""
         positions = positions or [None] * (len(self._files) + len(self._memory))
-        frames: list = [FileFrames(self, f, stop, pos or 0, count, decode_frame if columns else decode_batch)
-                        for f, stop, pos in zip(self._files, self._ends, positions)]
+        frames: list = [FileFrames(self, f, stop, pos or 0, count, decode_frame if columns else decode_batch,
+                                   k if mark else -1)
+                        for k, (f, stop, pos) in enumerate(zip(self._files, self._ends, positions))]
         for batches, pos in zip(self._memory, positions[len(self._files):]):
             frames.append(ListFrames(batches, pos or 0))
         return frames
 
-    def _sources(self, count: bool = True, columns: bool = False) -> list[StreamSource]:
+    def _sources(self, count: bool = True, columns: bool = False, mark: bool = False) -> list[StreamSource]:
         if count:
             self.bytes_done = 0
         counts = self._counts + [frame_counts(batches) for batches in self._memory]
-        return [StreamSource(f, c) for f, c in zip(self._frames(count=count, columns=columns), counts)]
+        return [StreamSource(f, c) for f, c in zip(self._frames(count=count, columns=columns, mark=mark), counts)]
+
+
+class _FirstPass:
+    """What the first pass learns of one file: how many frames each rank has, where
+    its last one lies and the clock offset then, each rank's first clock offset (into
+    the stream's `first_offset`), and where the last whole frame ends."""
+
+    def __init__(self, stream: TraceStream, path: str) -> None:
+        self.stream = stream
+        self.counts: dict[int, int] = {}
+        self.last: dict[int, tuple[int, int | None]] = {}
+        self.newest: dict[int, int] = {}
+        self.end = 0
+        self.base = stream.total_bytes  # the files scanned before this one, for progress
+        self.next_note = PROGRESS_EVERY
+
+    def frame(self, off: int, n: int, block: bytes, p: int) -> None:
+        self.end = off + 4 + n
+        self._progress()
+        rank = frame_rank_at(block, p, n)
+        if rank is None:
+            return  # the decoding pass counts and names it
+        self.counts[rank] = self.counts.get(rank, 0) + 1
+        if block.find(HELLO_TAG, p, p + n) >= 0:
+            self._hello(rank, block[p:p + n])
+        self.last[rank] = (off, self.newest.get(rank))
+
+    def frames(self, base: int, block: bytes, rows: np.ndarray) -> None:
+        """`frame` for each row of `file.scan_heads` (a rank's hellos lie in its own
+        frames, so its clock offset at its last frame is its newest once they are read)."""
+        at, n, rank = rows[:, 0], rows[:, 1], rows[:, 2].copy()
+        for k in np.flatnonzero(rank < 0).tolist():
+            r = frame_rank(block[at[k] + 4:at[k] + 4 + n[k]])
+            rank[k] = -1 if r is None else r
+        ok = rank >= 0
+        for k in np.flatnonzero(ok & (rows[:, 3] != 0)).tolist():
+            self._hello(int(rank[k]), block[at[k] + 4:at[k] + 4 + n[k]])
+        ranks, counts = np.unique(rank[ok], return_counts=True)
+        get = self.counts.get
+        for r, c in zip(ranks.tolist(), counts.tolist()):
+            self.counts[r] = get(r, 0) + c
+        kept = np.flatnonzero(ok)[::-1]  # each rank's last frame: its first, read backwards
+        ranks, first = np.unique(rank[kept], return_index=True)
+        for r, a in zip(ranks.tolist(), (base + at[kept[first]]).tolist()):
+            self.last[r] = (a, self.newest.get(r))
+        self.end = base + int(at[-1] + 4 + n[-1])
+        self._progress()
+
+    def _hello(self, rank: int, payload: bytes) -> None:
+        try:
+            batch = decode_batch(payload)
+        except FrameError:
+            return
+        for ev in batch.events:
+            if isinstance(ev, Hello):
+                self.stream.first_offset.setdefault(rank, offset_ns(ev))
+                self.newest[rank] = offset_ns(ev)
+
+    def _progress(self) -> None:
+        if self.end >= self.next_note and self.stream.progress is not None:
+            self.stream.progress(self.base + self.end, self.stream._scan_total, "scanning")
+            self.next_note = self.end + PROGRESS_EVERY
 
 
 def frame_counts(batches: list[Batch]) -> dict[int, int]:
@@ -283,10 +350,10 @@ class FileFrames:
     is the offset of the next frame to read, for a merge's state."""
 
     def __init__(self, stream: TraceStream, path: str, stop: int, start: int = 0, count: bool = True,
-                 decode: Callable[[bytes], Batch] = decode_batch) -> None:
+                 decode: Callable[[bytes], Batch] = decode_batch, mark: int = -1) -> None:
         self.position = start
         self.bytes_read = 0
-        self._it = _with_rank(stream._decode(path, stop, start, self, count, decode))
+        self._it = stream._decode(path, stop, start, self, count, decode, mark)
 
     def __iter__(self) -> FileFrames:
         return self
@@ -326,11 +393,6 @@ def frame_rank_at(buf: bytes, p: int, n: int) -> int | None:
         if b == 0xCD:
             return (buf[p + 3] << 8) | buf[p + 4]
     return frame_rank(buf[p:p + n])
-
-
-def _with_rank(frames: Iterator[tuple[int, Batch | None]]) -> Iterator[tuple[int, Batch | None]]:
-    for rank, batch in frames:
-        yield (batch.rank, batch) if batch is not None else (rank, None)
 
 
 def _is_cvz(p: Path) -> bool:
