@@ -4,7 +4,7 @@ process tree (sampled every 10 ms: a command that starts a helper process is
 measured whole).
 
     python bench/synth.py --ranks 256 --ops 5000 -o /tmp/t256.cvz
-    python bench/summary.py /tmp/t256.cvz [--runs 2]
+    python bench/summary.py /tmp/t256.cvz [--runs 2] [--sides]
 
 One line per run, ending in events per second of wall-clock. commviz's modules are
 compiled to bytecode first, as `pip install` leaves them: where PYTHONDONTWRITEBYTECODE
@@ -74,12 +74,41 @@ def run_once(trace: str) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_mb": peak / 2**20, "events": doc["events"]}
 
 
+def sides(trace: str) -> str:
+    """The two sides of the summary's split, each timed in itself: the child that
+    reads, decodes and merges (`trace/readahead.py`), and this process, which scans
+    first and then ingests."""
+    from commviz.commands._trace import open_stream
+    from commviz.model import Model
+    from commviz.trace import readahead
+
+    merge = readahead._child
+
+    def timed_child(*a):
+        c0 = time.process_time()
+        try:
+            return merge(*a)
+        finally:
+            print(f"  child (read, decode, merge): {time.process_time() - c0:.2f} s CPU", file=sys.stderr)
+
+    readahead._child = timed_child
+    t0 = time.perf_counter()
+    s = open_stream(trace, note=False)
+    t1, c1 = time.perf_counter(), time.process_time()
+    Model(hang_after_s=1.0, flows=False).ingest_chunks(readahead.chunks(s))
+    return (f"  this process: first pass {t1 - t0:.2f} s; ingest {time.process_time() - c1:.2f} s CPU, "
+            f"{time.perf_counter() - t1:.2f} s wall")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace")
     ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--sides", action="store_true", help="also time each side of the split, in this process")
     args = ap.parse_args(argv)
     compileall.compile_dir(os.path.dirname(commviz.__file__), quiet=1)
+    if args.sides:
+        print(sides(args.trace), file=sys.stderr)
     for _ in range(args.runs):
         r = run_once(args.trace)
         print(f"{r['events']:,} events  {r['wall_s']:.2f} s wall  {r['cpu_s']:.2f} s CPU  "
