@@ -32,6 +32,7 @@ from typing import Iterator, NamedTuple
 
 import numpy as np
 
+from commviz.errors import CommvizError
 from commviz.events import decode_batch
 from commviz.model.merge import Timed
 from commviz.model.store import ColFrame, Chunk, EventStore
@@ -42,6 +43,10 @@ MIN_BYTES = 16 << 20  # a smaller trace is read in well under a second: no proce
 _CHUNK_COLS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank", "times")
 _STORE_COLS = ("src", "pos", "off", "len")
 ENV_OFF = "COMMVIZ_READAHEAD"  # "0": merge in this process
+
+
+class TraceChanged(CommvizError):
+    """A file read again for an event's object is not what the child read."""
 
 
 def chunks(stream) -> Iterator[Chunk]:
@@ -62,8 +67,8 @@ class _Frames(dict):
     child pickled it (a frame that was not read from a file). A dict that makes what
     it misses, so a frame asked for again costs a lookup in C, not a call."""
 
-    def __init__(self, fds: list[int], where: tuple) -> None:
-        self._fds = fds
+    def __init__(self, fds: list[int], names: list[str], where: tuple) -> None:
+        self._fds, self._names = fds, names
         self._file, self._at, self._n, self._count, self._objs, other = where
         super().__init__(other)
 
@@ -71,7 +76,11 @@ class _Frames(dict):
         return len(self._file)
 
     def __missing__(self, k: int):
-        payload = os.pread(self._fds[int(self._file[k])], int(self._n[k]), int(self._at[k]) + 4)  # past its length
+        n = int(self._n[k])
+        payload = os.pread(self._fds[int(self._file[k])], n, int(self._at[k]) + 4)  # past its length
+        if len(payload) != n:
+            raise TraceChanged(f"{self._names[int(self._file[k])]}: shorter than when it was read "
+                               f"(the frame at offset {int(self._at[k])} is cut); was it rewritten? Run again")
         count = int(self._count[k])
         if count < 0:  # the merge had decoded it: its events are its objects
             f = _Decoded(decode_batch(payload).events)
@@ -122,8 +131,8 @@ class ChildMerge:
                 try:
                     kind, body = pickle.load(self._data)
                 except EOFError:
-                    raise RuntimeError("commviz: the process reading the trace ended without a word "
-                                       "(killed?); run again, or with COMMVIZ_READAHEAD=0") from None
+                    raise CommvizError("the process reading the trace ended without a word (killed?); "
+                                       "run again, or with COMMVIZ_READAHEAD=0 to read it in one process") from None
                 if kind == "chunk":
                     yield self._chunk(body)
                 elif kind == "end":
@@ -148,7 +157,7 @@ class ChildMerge:
         store = object.__new__(EventStore)
         for name, a in zip(_STORE_COLS, arrays[len(_CHUNK_COLS):]):
             setattr(store, name, a)
-        store.frames, store.sigs = _Frames(self._fds, frames), sigs
+        store.frames, store.sigs = _Frames(self._fds, self.stream.files, frames), sigs
         c.store, c.sigs = store, sigs
         return c
 

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 
+from commviz.errors import CommvizError
 from commviz.events import Counters, Mark, encode_batch
 from commviz.model import Model
 from commviz.trace import readahead
@@ -85,7 +86,7 @@ def test_a_child_killed_midway_is_an_error_that_names_the_way_round(tmp_path, sm
     chunks = iter(it)
     next(chunks)
     os.kill(it.pid, signal.SIGKILL)
-    with pytest.raises(RuntimeError, match="COMMVIZ_READAHEAD=0"):
+    with pytest.raises(CommvizError, match="COMMVIZ_READAHEAD=0"):
         for _ in chunks:
             pass
     assert it.pid is None  # reaped
@@ -127,3 +128,18 @@ def test_the_summary_command_reads_through_the_child(tmp_path, small, synth, cap
     finally:
         del os.environ["COMMVIZ_READAHEAD"]
     assert capsys.readouterr().out == child and '"problems"' in child
+
+
+def test_a_file_cut_while_it_is_read_is_said_not_misread(tmp_path, small, synth):
+    p = tmp_path / "t.cvz"
+    synth.write(str(p), ranks=16, ops=2000)
+    chunks = iter(readahead.chunks(open_trace(p)))
+    first = next(chunks)
+    frames = first.store.frames
+    assert frames[0].events  # read again from the file, whole
+    with open(p, "r+b") as f:
+        f.truncate(200)  # then the file loses all but its first frames
+    later = max(k for k in range(len(frames)) if k not in frames)  # one read from the file, not made yet
+    with pytest.raises(readahead.TraceChanged, match="shorter than when it was read"):
+        frames[later]
+    chunks.close()
