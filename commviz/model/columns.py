@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 # is rare enough to go slowly). The kinds and the readers live in model/store.py.
 MIN_BATCH = 256  # below this the per-event path is as quick
 SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
+# While shedding, flows are estimated from about one fast end in this many (`_traffic`).
+SHED_FLOW_SAMPLE = 16
+_SAMPLER = np.random.default_rng(0x636F6D6D)  # seeded: the same trace gives the same estimate
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
@@ -676,8 +679,8 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     _windows(model, p, d)
     if shed:
         _retire(model, p)
-    if model.flows and not shed:
-        _traffic(model, p, d)
+    if model.flows:
+        _traffic(model, p, d, SHED_FLOW_SAMPLE if shed else 1)
 
 
 def _retire(model: Model, p: _Plan) -> None:
@@ -934,8 +937,18 @@ def _ring_next(p: _Plan, sig: np.ndarray, ranks: np.ndarray, nbytes: np.ndarray)
     return dst, v
 
 
-def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
-    """Flows as `Model._end` feeds them, every end of the batch in position order."""
+def _traffic(model: Model, p: _Plan, d: Deferred, every: int = 1) -> None:
+    """Flows as `Model._end` feeds them, every end of the batch in position order.
+
+    `every` > 1 (while the model sheds detail): an estimate from about one end in
+    `every`, drawn at random and weighing `every` ends each (its bytes and its op);
+    ring transfers are credited in bulk where they end (`Traffic.sample`), any other
+    end as `op_end` would. With no flows at all while shedding, the flow view, the
+    links and the sparklines went dark exactly when the job was busiest."""
+    if every > 1:
+        _sampled_traffic(model, p, every)
+        return
+    model.traffic.flush_sample()  # what a spell of shedding sampled goes in first
     arrived = _arrivals(p)
     order = np.argsort(p.e_pos, kind="stable")
     ranks, nbytes = p.ur[p.ri[order]], p.nbytes[order]
@@ -947,3 +960,22 @@ def _traffic(model: Model, p: _Plan, d: Deferred) -> None:
                               [k[0] for k in p.sig_list], [k[4] for k in p.sig_list],
                               [p.members[g] for g in p.sig_group.tolist()])
     model.traffic.ring_ends(ends, d.traffic)
+
+
+def _sampled_traffic(model: Model, p: _Plan, every: int) -> None:
+    drawn = np.flatnonzero(_SAMPLER.random(len(p.e_pos)) * every < 1.0)
+    if not len(drawn):
+        return
+    order = drawn[np.argsort(p.e_pos[drawn], kind="stable")]
+    ranks, nbytes = p.ur[p.ri[order]], p.nbytes[order] * every
+    t0, t1, sig = p.s_wall[order], p.e_wall[order], p.sig[order]
+    dst, v = _ring_next(p, sig, ranks, nbytes)
+    names = [k[0] for k in p.sig_list]
+    ring = dst >= 0
+    tr = model.traffic
+    k = np.flatnonzero(ring)
+    tr.sample(ranks[k], dst[k], v[k], t1[k], [names[g] for g in sig[k].tolist()], float(every))
+    for i in np.flatnonzero(~ring).tolist():  # any other pattern (and a ring end that moves nothing)
+        g = int(sig[i])
+        tr.op_end(int(ranks[i]), names[g], int(nbytes[i]), int(t0[i]), int(t1[i]), root=p.sig_list[g][4],
+                  members=p.members[p.sig_group[g]], weight=float(every))

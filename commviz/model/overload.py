@@ -53,6 +53,6 @@ class Overload:
         """The status line's part: `lag 0.2 s`, or what is being shed and why."""
         lag = f"lag {self.lag_ns / 1e9:.1f} s"
         if self.shedding:
-            return (f"{lag}, {self.why}: shedding detail (flows, latency, straggler/desync checks); "
-                    "counts and bytes stay exact")
+            return (f"{lag}, {self.why}: shedding detail (latency, straggler/desync checks; flows "
+                    "estimated from a sample); counts and bytes stay exact")
         return lag

@@ -105,16 +105,16 @@ class Throughput:
 
     # ----------------------------------------------------------------- feeding
 
-    def add_op(self, rank: int, e: int) -> None:
-        """One op of `rank` ended in bucket `e` (= wall ns // bucket_ns)."""
+    def add_op(self, rank: int, e: int, n: float = 1.0) -> None:
+        """One op of `rank` (or `n`, for a sample's) ended in bucket `e` (= wall ns // bucket_ns)."""
         if e != self.newest:
             if e < self.newest:
-                self._late("ops", rank, e, 1.0)
+                self._late("ops", rank, e, n)
                 return
             self.flush()
             self.newest = e
         acc = self._ops
-        acc[rank] = acc.get(rank, 0.0) + 1.0
+        acc[rank] = acc.get(rank, 0.0) + n
 
     def add_bytes(self, src: int, dst: int | None, e: int, nbytes: float) -> None:
         """`nbytes` left `src` in bucket `e` (towards `dst`; None: spread over peers the

@@ -175,6 +175,7 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     if snap.ended and summary_unless is not None and m.events != summary_unless:
         snap.summary = m.summary()
     tr = m.traffic
+    tr.flush_sample()  # a shedding model's sampled ends, held until they span a bucket
     snap.rates = rates = tr.flows.rates(now)
     recent = tr.flows.recent_edges(now, RECENT_EDGE_NS)
     tp = tr.throughput

@@ -553,3 +553,47 @@ def test_a_spell_begins_above_the_instances_still_open():
     m.ingest(2, OpStart(6, 6000, "all_reduce", "0", 6, 64))
     m.ingest(2, OpEnd(6, 6010))
     assert not m.pending and m.summary()["ops"][0]["count"] == 10
+
+
+def test_while_shedding_flows_and_ops_are_estimated_from_a_sample():
+    """Shedding used to drop flows whole, so the flow view, the links and the
+    sparklines went dark exactly when the job was busiest. While it sheds, about one
+    end in `SHED_FLOW_SAMPLE` is drawn, weighing that many: each link's bytes and each
+    rank's ops come out near the exact figures, and every link of the ring shows."""
+    trace = _lossy_run(ranks=16, steps=4000, per_frame=50, lose=0.0, seed=3)
+    exact, sampled = Model(), Model()
+    sampled.shed = True
+    for m in (exact, sampled):
+        m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+        m.traffic.flush_sample()  # as a snapshot does before it reads
+        m.traffic.throughput.flush()
+    for r in range(16):
+        want = exact.traffic.flows.total(r, (r + 1) % 16)[1]
+        got = sampled.traffic.flows.total(r, (r + 1) % 16)[1]
+        assert want > 0 and abs(got - want) < 0.25 * want, (r, got, want)
+    total = [sum(m.traffic.flows.total(r, (r + 1) % 16)[1] for r in range(16)) for m in (exact, sampled)]
+    assert abs(total[1] - total[0]) < 0.05 * total[0]
+    ops = [sum(m.traffic.throughput.total.ops) for m in (exact, sampled)]
+    assert ops[0] == 16 * 4000 and abs(ops[1] - ops[0]) < 0.05 * ops[0]
+    assert _counts(sampled) == _counts(exact)  # what shedding keeps exact, it keeps
+
+
+def test_while_shedding_a_broadcast_is_estimated_as_its_own_pattern():
+    """An end outside the ring patterns goes as `op_end` would, weighing the sample's
+    share: the root's edges carry about what they carry exactly."""
+    ranks, steps = 8, 3000
+    trace = []
+    for r in range(ranks):
+        trace += [(r, Hello(r, r, ranks, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18)),
+                  (r, GroupDef("0", list(range(ranks)), "gloo"))]
+    for i in range(steps):
+        for r in range(ranks):
+            trace += [(r, OpStart(i, 1000 * i + r, "broadcast", "0", i, 64, root=0)), (r, OpEnd(i, 1000 * i + 900))]
+    exact, sampled = Model(), Model()
+    sampled.shed = True
+    for m in (exact, sampled):
+        m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+        m.traffic.flush_sample()
+    for dst in range(1, ranks):
+        want, got = exact.traffic.flows.total(0, dst)[1], sampled.traffic.flows.total(0, dst)[1]
+        assert want > 0 and abs(got - want) < 0.3 * want, (dst, got, want)
