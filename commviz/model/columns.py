@@ -57,9 +57,6 @@ if TYPE_CHECKING:
 # is rare enough to go slowly). The kinds and the readers live in model/store.py.
 MIN_BATCH = 256  # below this the per-event path is as quick
 SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
-# While shedding, flows are estimated from about one fast end in this many (`_traffic`).
-SHED_FLOW_SAMPLE = 16
-_SAMPLER = np.random.default_rng(0x636F6D6D)  # seeded: the same trace gives the same estimate
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
@@ -680,7 +677,7 @@ def _apply(model: Model, c: Chunk, p: _Plan) -> None:
     if shed:
         _retire(model, p)
     if model.flows:
-        _traffic(model, p, d, SHED_FLOW_SAMPLE if shed else 1)
+        _traffic(model, p, d, flows_mod.SHED_FLOW_SAMPLE if shed else 1)
 
 
 def _retire(model: Model, p: _Plan) -> None:
@@ -947,6 +944,8 @@ def _traffic(model: Model, p: _Plan, d: Deferred, every: int = 1) -> None:
     links and the sparklines went dark exactly when the job was busiest."""
     if every > 1:
         _sampled_traffic(model, p, every)
+        for _, args, kwargs in d.traffic:  # the batch's slow ends, sampled as `Model._credit` drew them
+            model.traffic.op_end(*args, **kwargs)
         return
     model.traffic.flush_sample()  # what a spell of shedding sampled goes in first
     arrived = _arrivals(p)
@@ -963,7 +962,9 @@ def _traffic(model: Model, p: _Plan, d: Deferred, every: int = 1) -> None:
 
 
 def _sampled_traffic(model: Model, p: _Plan, every: int) -> None:
-    drawn = np.flatnonzero(_SAMPLER.random(len(p.e_pos)) * every < 1.0)
+    """`_traffic`'s estimate: the drawn ends' ring transfers held by `Traffic.sample`
+    to be credited in bulk, any other end through `op_end` now."""
+    drawn = model.traffic.drawn(len(p.e_pos))
     if not len(drawn):
         return
     order = drawn[np.argsort(p.e_pos[drawn], kind="stable")]
@@ -975,7 +976,9 @@ def _sampled_traffic(model: Model, p: _Plan, every: int) -> None:
     tr = model.traffic
     k = np.flatnonzero(ring)
     tr.sample(ranks[k], dst[k], v[k], t1[k], [names[g] for g in sig[k].tolist()], float(every))
-    for i in np.flatnonzero(~ring).tolist():  # any other pattern (and a ring end that moves nothing)
+    other = np.flatnonzero(~ring)
+    arrived = _arrivals(p)[order[other]] if len(other) else ()
+    for i, arr in zip(other.tolist(), arrived.tolist() if len(other) else ()):  # any other pattern
         g = int(sig[i])
         tr.op_end(int(ranks[i]), names[g], int(nbytes[i]), int(t0[i]), int(t1[i]), root=p.sig_list[g][4],
-                  members=p.members[p.sig_group[g]], weight=float(every))
+                  members=p.members[p.sig_group[g]], arrived=int(arr), weight=float(every))

@@ -45,6 +45,11 @@ MAX_EDGES = 65536
 KEEP_BUCKETS = 6  # buckets of per-edge bytes kept for the 1 s rate (4 + 1 partial + slack)
 SPREAD_MAX = 64  # a transfer is spread over at most this many buckets (16 s)
 SAMPLE_FLUSH = 65536  # sampled ends kept before they are credited (`Traffic.sample`)
+# While the model sheds detail, flows are estimated from about one op end in this many,
+# each weighing as many (`Traffic.drawn`); each model draws from its own seeded
+# generator, so a trace read twice gives the same estimate.
+SHED_FLOW_SAMPLE = 16
+SAMPLE_SEED = 0x636F6D6D
 
 EXACT = 0
 MODELLED = 1
@@ -306,6 +311,11 @@ class Traffic:
         self._index: dict[int, tuple[list[int], dict[int, int]]] = {}  # id(members) -> (members, rank -> index)
         self._sampled: list[tuple] = []  # `sample`'s ends, not yet credited
         self._sampled_n = 0
+        self._rng = np.random.default_rng(SAMPLE_SEED)
+
+    def drawn(self, n: int) -> np.ndarray:
+        """Which of `n` ends a shedding model credits (about one in `SHED_FLOW_SAMPLE`)."""
+        return np.flatnonzero(self._rng.random(n) * SHED_FLOW_SAMPLE < 1.0)
 
     def sample(self, rank: np.ndarray, dst: np.ndarray, v: np.ndarray, t1: np.ndarray, ops: list[str],
                weight: float) -> None:
@@ -325,6 +335,8 @@ class Traffic:
             self.flush_sample()
 
     def flush_sample(self) -> None:
+        """Credit what `sample` holds: before exact ends that follow it, and before a
+        reader reads (`tui/snapshot.py`)."""
         if not self._sampled:
             return
         parts, self._sampled, self._sampled_n = self._sampled, [], 0
@@ -375,6 +387,8 @@ class Traffic:
         index order, the order `op_end` would. Every other end (a transfer over two
         buckets, a late one, one that opens a bucket, any other pattern) goes through
         `op_end` in its place, and the runs after it are found again."""
+        if self._sampled:
+            self.flush_sample()  # exact ends go in after the estimate that came before them
         flows, tp = self.flows, self.throughput
         op_end = self.op_end
         b = flows.bucket_ns
@@ -466,6 +480,8 @@ class Traffic:
         collective: its group's `members` (global ranks, group order) and when the
         last of them arrived (the time before that was waiting, not moving). `weight`:
         the ops it stands for (a sample's end: `RingEnds.weight`)."""
+        if self._sampled and weight == 1.0:
+            self.flush_sample()  # exact ends go in after the estimate that came before them
         tp = self.throughput
         tp.add_op(rank, t1 // tp.bucket_ns, weight)
         if failed:

@@ -3,8 +3,9 @@
 Lag is the watcher's clock minus the newest event's time (each rank's stamps are on
 the wall clock through its host's offset, `model.merge`). A watcher that falls
 further behind than `shed_after_s`, or that is losing frames (its inbox full), sheds
-per-event detail — flows and throughput, latency
-samples, straggler and desync checks — and keeps what a user counts on exactly: ops,
+per-event detail — latency samples, straggler and
+desync checks; flows and throughput become an estimate from a sample of the ops
+(`flows.SHED_FLOW_SAMPLE`) — and keeps what a user counts on exactly: ops,
 bytes and sequence numbers per rank and per op, and the in-flight tables that hang
 diagnosis reads. Losing frames matters as much as lag: nearly every collective then
 arrives with a member missing, and keeping each open for a member that never comes

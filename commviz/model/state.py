@@ -40,7 +40,7 @@ from commviz.model.merge import offset_ns, order_events
 from commviz.model.retired import Retired
 from commviz.model.findings import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
-from commviz.model.flows import Traffic
+from commviz.model.flows import SHED_FLOW_SAMPLE, Traffic
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
 from commviz.model.store import Chunk
@@ -289,13 +289,16 @@ class Model:
     def shed(self) -> bool:
         """Whether per-event detail is being shed (model/overload.py): instances are
         counted once their members present have left (model/retired.py), untimed, with
-        no flows, straggler or desync checks; ranks' counts and bytes stay exact."""
+        flows estimated from a sample (`flows.SHED_FLOW_SAMPLE`) and no straggler or
+        desync checks; ranks' counts and bytes stay exact."""
         return self._shed
 
     @shed.setter
     def shed(self, on: bool) -> None:
         if on and not self._shed:
             self._raise_floors(self.groups)
+        if self._shed and not on:
+            self.traffic.flush_sample()  # the spell's estimate goes in before exact flows resume
         self._shed = bool(on)
 
     def _retired_of(self, group: str) -> Retired:
@@ -604,7 +607,7 @@ class Model:
         p2p = _is_p2p(s.op)
         if p2p or s.seq < 0:
             peer = e.peer if e.peer >= 0 else s.peer
-            if self.flows and not self._shed:
+            if self.flows:
                 self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                              dict(failed=bool(e.error), peer=peer, root=s.root, members=members))
             self._stat(s.op, s.group).add(nbytes, None if self._shed else op_time_ns(e, s), bool(e.error))
@@ -613,18 +616,24 @@ class Model:
                 self._note_p2p_desync(pair)
             return
         if self.retired and self.counted(s.group, s.seq):  # a late member of an instance counted while shedding
-            if self.flows and not self._shed:
+            if self.flows:
                 self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                              dict(failed=bool(e.error), root=s.root, members=members, arrived=fl.t_wall))
             return
         inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error, device_time_ns(e))
-        if self.flows and not self._shed:
+        if self.flows:
             self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
                          dict(failed=bool(e.error), root=s.root, members=members, arrived=inst.last_arrival))
         if members and len(inst.ended) >= len(members):
             self._fold(inst)
 
     def _credit(self, args: tuple, kwargs: dict) -> None:
+        if self._shed:  # an estimate, as the batch path makes it: one end in k, weighing k
+            k = SHED_FLOW_SAMPLE
+            if not len(self.traffic.drawn(1)):
+                return
+            rank, op, nbytes, t0, t1 = args
+            args, kwargs = (rank, op, nbytes * k, t0, t1), {**kwargs, "weight": float(k)}
         if self._deferred is None:
             self.traffic.op_end(*args, **kwargs)
         else:

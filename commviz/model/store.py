@@ -184,6 +184,7 @@ class Objects(NamedTuple):
 
 
 _COLS = ("kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank", "src", "pos", "off", "len")
+PLACES = ("src", "pos", "off", "len")  # where each event's object comes from (`EventStore.objects`)
 
 
 class EventStore:
@@ -231,6 +232,17 @@ class EventStore:
             cols = [np.zeros(0, np.int8 if f == "kind" else bool if f == "err" else np.int64) for f in _COLS]
         for f, c in zip(_COLS, cols):
             setattr(s, f, c)
+        return s
+
+    @classmethod
+    def of_places(cls, frames, sigs: list, places: Sequence[np.ndarray]) -> EventStore:
+        """A store that can only make its events' objects: `frames` and, per event,
+        its `PLACES` among them (what a chunk asks of its store; a reader in another
+        process rebuilds it so: `trace/readahead.py`)."""
+        s = object.__new__(cls)
+        s.frames, s.sigs = frames, sigs
+        for f, a in zip(PLACES, places):
+            setattr(s, f, a)
         return s
 
     def __getitem__(self, i):
@@ -392,6 +404,16 @@ class Chunk:
     def __len__(self) -> int:
         return len(self.at)
 
+    @classmethod
+    def from_columns(cls, store: EventStore, sigs: list, cols: Sequence[np.ndarray]) -> "Chunk":
+        """A chunk made elsewhere, rebuilt from its `COLUMNS` (a reader in another
+        process hands them over: `trace/readahead.py`)."""
+        c = object.__new__(cls)
+        c.store, c.sigs = store, sigs
+        for f, a in zip(COLUMNS, cols):
+            setattr(c, f, a)
+        return c
+
     def event(self, i: int):
         return self.store[self.at[i]]
 
@@ -412,3 +434,4 @@ class Chunk:
 
 
 _FIELDS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank")
+COLUMNS = _FIELDS + ("times",)  # what a merge's chunk holds: its fields and each event's trace time

@@ -35,13 +35,11 @@ import numpy as np
 from commviz.errors import CommvizError
 from commviz.events import decode_batch
 from commviz.model.merge import Timed
-from commviz.model.store import ColFrame, Chunk, EventStore
+from commviz.model.store import COLUMNS, PLACES, ColFrame, Chunk, EventStore
 
 SLOTS = 3
 SLOT_BYTES = 16 << 20  # a chunk of 65,536 events takes 7 MB; a bigger one goes through the pipe
 MIN_BYTES = 16 << 20  # a smaller trace is read in well under a second: no process for it
-_CHUNK_COLS = ("at", "kind", "id", "t", "seq", "sig", "err", "ebytes", "dev", "rank", "times")
-_STORE_COLS = ("src", "pos", "off", "len")
 ENV_OFF = "COMMVIZ_READAHEAD"  # "0": merge in this process
 
 
@@ -102,13 +100,26 @@ class ChildMerge:
 
     def __init__(self, stream) -> None:
         self.stream = stream
-        self._fds = [os.open(f, os.O_RDONLY) for f in stream.files]
-        self._mem = mmap.mmap(-1, SLOTS * SLOT_BYTES)  # anonymous and shared: the child sees it
-        data_r, data_w = os.pipe()
-        free_r, free_w = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
+        self.pid = None
+        self._fds: list[int] | None = []
+        self._mem = None
+        pipes: list[int] = []
+        try:
+            for f in stream.files:
+                self._fds.append(os.open(f, os.O_RDONLY))
+            self._mem = mmap.mmap(-1, SLOTS * SLOT_BYTES)  # anonymous and shared: the child sees it
+            data_r, data_w = os.pipe()
+            pipes += (data_r, data_w)
+            free_r, free_w = os.pipe()
+            pipes += (free_r, free_w)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+        except BaseException:
+            for fd in pipes:
+                os.close(fd)
+            _release(self._fds, self._mem)
+            raise
         if pid == 0:  # the child: merge, hand over, never return into the caller's code
             code = 1
             try:
@@ -130,8 +141,8 @@ class ChildMerge:
             while True:
                 try:
                     kind, body = pickle.load(self._data)
-                except EOFError:
-                    raise CommvizError("the process reading the trace ended without a word (killed?); "
+                except (EOFError, pickle.UnpicklingError):  # gone, or gone mid-message
+                    raise CommvizError(f"the process reading the trace ended without a word ({self._status()}); "
                                        "run again, or with COMMVIZ_READAHEAD=0 to read it in one process") from None
                 if kind == "chunk":
                     yield self._chunk(body)
@@ -151,15 +162,9 @@ class ChildMerge:
                 self._free.write(bytes([slot]))
             except BrokenPipeError:
                 pass  # the child has handed over its last chunk and gone
-        c = object.__new__(Chunk)
-        for name, a in zip(_CHUNK_COLS, arrays):
-            setattr(c, name, a)
-        store = object.__new__(EventStore)
-        for name, a in zip(_STORE_COLS, arrays[len(_CHUNK_COLS):]):
-            setattr(store, name, a)
-        store.frames, store.sigs = _Frames(self._fds, self.stream.files, frames), sigs
-        c.store, c.sigs = store, sigs
-        return c
+        k = len(COLUMNS)
+        store = EventStore.of_places(_Frames(self._fds, self.stream.files, frames), sigs, arrays[k:])
+        return Chunk.from_columns(store, sigs, arrays[:k])
 
     def _end(self, info) -> None:
         mine = self.stream.info
@@ -167,21 +172,42 @@ class ChildMerge:
         mine.bad_frames, mine.truncated, mine.notes = info.bad_frames, info.truncated, info.notes
         self._done = True
 
+    def _status(self) -> str:
+        """How the child ended, reaped (it has closed its end of the pipe)."""
+        pid, self.pid = self.pid, None
+        try:
+            _, st = os.waitpid(pid, 0)
+        except ChildProcessError:
+            return "gone"
+        if os.WIFSIGNALED(st):
+            return f"killed by signal {os.WTERMSIG(st)}"
+        return f"exit status {os.waitstatus_to_exitcode(st)}"
+
     def close(self) -> None:
-        if self.pid is None:
+        if self.pid is not None:
+            if not self._done:
+                try:
+                    os.kill(self.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+            os.waitpid(self.pid, 0)
+            self.pid = None
+        if self._fds is None:
             return
-        if not self._done:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        os.waitpid(self.pid, 0)
-        self.pid = None
         for f in (self._data, self._free):
             f.close()
-        for fd in self._fds:
-            os.close(fd)
-        self._mem.close()
+        _release(self._fds, self._mem)
+        self._fds = None
+
+
+def _release(fds: list[int], mem: mmap.mmap | None) -> None:
+    """The files and the slots, closed; a store still holding the list reads nothing
+    through a number the system may give another file (-1: EBADF)."""
+    for fd in fds:
+        os.close(fd)
+    fds[:] = [-1] * len(fds)
+    if mem is not None:
+        mem.close()
 
 
 def _child(stream, mem: mmap.mmap, out, free) -> int:
@@ -191,7 +217,7 @@ def _child(stream, mem: mmap.mmap, out, free) -> int:
     gc.disable()
     try:
         for chunk in stream.chunks(mark=True):
-            arrays = [getattr(chunk, n) for n in _CHUNK_COLS] + [getattr(chunk.store, n) for n in _STORE_COLS]
+            arrays = [getattr(chunk, n) for n in COLUMNS] + [getattr(chunk.store, n) for n in PLACES]
             slot = None
             if sum(a.nbytes for a in arrays) <= SLOT_BYTES:
                 got = free.read(1)

@@ -11,6 +11,7 @@ import pytest
 from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample, encode_batch
 from commviz.model import Model, audit, columns, store
 from commviz.model import flows as flows_mod
+from tests.helpers import group, hello
 
 
 def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> list[tuple[int, object]]:
@@ -582,10 +583,7 @@ def test_while_shedding_a_broadcast_is_estimated_as_its_own_pattern():
     """An end outside the ring patterns goes as `op_end` would, weighing the sample's
     share: the root's edges carry about what they carry exactly."""
     ranks, steps = 8, 3000
-    trace = []
-    for r in range(ranks):
-        trace += [(r, Hello(r, r, ranks, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18)),
-                  (r, GroupDef("0", list(range(ranks)), "gloo"))]
+    trace = [(r, ev) for r in range(ranks) for ev in (hello(r, world=ranks, pid=1 + r), group("0", range(ranks)))]
     for i in range(steps):
         for r in range(ranks):
             trace += [(r, OpStart(i, 1000 * i + r, "broadcast", "0", i, 64, root=0)), (r, OpEnd(i, 1000 * i + 900))]

@@ -47,8 +47,11 @@ def test_shedding_keeps_counts_and_bytes_exact_and_drops_detail():
     shed = feed(Model(), shed_from=50)
     assert counts(shed.summary()) == counts(full.summary())
     assert shed.shed_ops == 150 and full.shed_ops == 0
-    # detail stopped: flows saw only the first 50 steps, latency only their samples
-    assert sum(shed.traffic.flows.total(0, 1)) < sum(full.traffic.flows.total(0, 1))
+    # detail stopped: latency saw only the first 50 steps' samples; flows went on as an
+    # estimate (one end in 16, weighing 16), near what they are exactly
+    shed.traffic.flush_sample()
+    got, want = (sum(m.traffic.flows.total(0, 1)) for m in (shed, full))
+    assert 0.5 * want < got < 1.5 * want
     assert shed.stats[("all_reduce", "0")].timed == 50 and full.stats[("all_reduce", "0")].timed == 200
 
 
