@@ -175,6 +175,15 @@ def object_columns(store: Sequence) -> tuple:
     return (kind, ident, t, seq, sig, err, ebytes, dev), sigs
 
 
+def _bare(cls, names: Sequence[str], cols: Sequence, **fixed):
+    """An instance of `cls` holding `cols` under `names` and `fixed`, its __init__ not
+    run: what a reader in another process rebuilds from handed-over columns."""
+    obj = object.__new__(cls)
+    for f, a in (*zip(names, cols), *fixed.items()):
+        setattr(obj, f, a)
+    return obj
+
+
 class Objects(NamedTuple):
     """Decoded events, each with its own rank: a part of an `EventStore` that is not
     one frame (a merge's events stamped one by one, a resumed merge's kept ones)."""
@@ -239,11 +248,7 @@ class EventStore:
         """A store that can only make its events' objects: `frames` and, per event,
         its `PLACES` among them (what a chunk asks of its store; a reader in another
         process rebuilds it so: `trace/readahead.py`)."""
-        s = object.__new__(cls)
-        s.frames, s.sigs = frames, sigs
-        for f, a in zip(PLACES, places):
-            setattr(s, f, a)
-        return s
+        return _bare(cls, PLACES, places, frames=frames, sigs=sigs)
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -408,11 +413,7 @@ class Chunk:
     def from_columns(cls, store: EventStore, sigs: list, cols: Sequence[np.ndarray]) -> "Chunk":
         """A chunk made elsewhere, rebuilt from its `COLUMNS` (a reader in another
         process hands them over: `trace/readahead.py`)."""
-        c = object.__new__(cls)
-        c.store, c.sigs = store, sigs
-        for f, a in zip(COLUMNS, cols):
-            setattr(c, f, a)
-        return c
+        return _bare(cls, COLUMNS, cols, store=store, sigs=sigs)
 
     def event(self, i: int):
         return self.store[self.at[i]]
