@@ -307,21 +307,17 @@ def _signatures(model: Model, table: list) -> _Sigs:
 
 
 class _Ranks(NamedTuple):
-    """Per rank of the batch's starts (`ur`, sorted): its start count, id floor, state,
-    clock offset and whether its starts can go fast, and whether its ids run on from
-    the floor without a gap; `skey` each start's (rank, id), `s_ri` each start's index
+    """Per rank of the batch's starts (`ur`, sorted): its start count, state, clock
+    offset and whether its starts can go fast; `skey` each start's (rank, id), `s_ri` each start's index
     into `ur`; `ids`, from `first`, each rank's ids in order; `order` sorts `skey`
     into `sk`; `distinct` whether no two starts share a (rank, id)."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
-    floors: np.ndarray
-    gapped: np.ndarray
     offsets: np.ndarray
     states: list
     rank_ok: np.ndarray
     s_ri: np.ndarray
-    run_on: np.ndarray
     ids: np.ndarray
     first: np.ndarray
     order: np.ndarray
@@ -345,44 +341,33 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
         distinct_ok = True
     ur, first, cnt = np.unique(s_rank[order], return_index=True, return_counts=True)
     ids_sorted = s_id[order]
-    lo_id = ids_sorted[first]
-    hi_id = ids_sorted[first + cnt - 1]
-    floors, gapped, offsets, states = _floors(model, ur, cnt)
-    rank_ok = (floors > -2) & (lo_id > floors)
-    run_on = (lo_id == floors + 1) & (hi_id - lo_id + 1 == cnt)
+    floors, offsets, states = _floors(model, ur)
+    rank_ok = (floors > -2) & (ids_sorted[first] > floors)
     if not distinct_ok:
         dup = np.zeros(len(sk), bool)
         dup[1:] = np.diff(sk) == 0
         bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
-    return _Ranks(skey, ur, cnt, floors, gapped, offsets, states, rank_ok, s_ri, run_on, ids_sorted, first, order, sk,
-                  distinct_ok)
+    return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok)
 
 
-def _floors(model: Model, ur: np.ndarray, cnt: np.ndarray) -> tuple:
-    """Per rank (`ur`, with `cnt` starts in the batch): the highest op id its new ids
-    must run on from, whether they join SeenIds' `above` set, its clock offset and its
-    state — from the rank's SeenIds, where adding them cannot trim it mid-batch."""
+def _floors(model: Model, ur: np.ndarray) -> tuple:
+    """Per rank (`ur`): the op id its new ids must all be above (SeenIds' floor, or
+    its top where runs wait above a gap: `SeenIds.add_sorted`), its clock offset and
+    its state."""
     floors = np.full(len(ur), -2, np.int64)  # -2: the rank cannot take the fast path
-    gapped = np.zeros(len(ur), bool)  # its ids have a gap below: new ids join `above`
     offsets = np.zeros(len(ur), np.int64)
     states = []
-    for i, (r, k) in enumerate(zip(ur.tolist(), cnt.tolist())):
+    for i, r in enumerate(ur.tolist()):
         st = model.ranks.get(r)
         states.append(st)
         if st is None:
             continue
         seen = st.seen_ids
         offsets[i] = st.offset_ns
-        if k > seen.MAX_ABOVE:  # its id set could trim inside the batch
-            continue
-        if not seen.above:
-            floors[i] = seen.floor
-        elif len(seen.above) + k <= seen.MAX_ABOVE:  # no trimming inside the batch
-            floors[i] = seen.top
-            gapped[i] = True
-    return floors, gapped, offsets, states
+        floors[i] = seen.top if seen.lo else seen.floor
+    return floors, offsets, states
 
 
 class _Ends(NamedTuple):
@@ -565,8 +550,8 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     p.fast = np.zeros(len(c), bool)
     p.fast[sp[fs]] = True
     p.fast[ep[fe]] = True
-    p.ur, p.rank_ok, p.floors, p.cnt, p.states, p.offsets = r.ur, r.rank_ok, r.floors, r.cnt, r.states, offsets
-    p.gapped, p.run_on, p.ids, p.first = r.gapped, r.run_on, r.ids, r.first
+    p.ur, p.rank_ok, p.cnt, p.states, p.offsets = r.ur, r.rank_ok, r.cnt, r.states, offsets
+    p.ids, p.first = r.ids, r.first
     ri = r.s_ri[fs]
     p.ri = ri
     p.s_pos, p.e_pos = sp[fs], ep[fe]
@@ -816,25 +801,7 @@ def _seen_ids(p: _Plan) -> None:
     """Each rank's SeenIds as adding its batch's ids one by one leaves it (the slow
     path has added some of them already; the result does not depend on the order)."""
     for i in np.flatnonzero(p.rank_ok).tolist():
-        sid = p.states[i].seen_ids
-        floor = int(p.floors[i])
-        if p.run_on[i]:
-            top = floor + int(p.cnt[i])
-            if p.gapped[i]:
-                sid.above.update(range(floor + 1, top + 1))
-            else:
-                sid.floor = top
-                sid.above.clear()
-        else:
-            ids = p.ids[p.first[i]:p.first[i] + p.cnt[i]]
-            top = int(ids[-1])
-            if p.gapped[i]:  # above the old top: every one joins `above`
-                sid.above.update(ids.tolist())
-            else:  # the run that goes on from the floor moves it; the rest waits above the gap
-                run = int(np.argmin(np.r_[ids - np.arange(len(ids)) == floor + 1, False]))
-                sid.floor = floor + run
-                sid.above = set(ids[run:].tolist())
-        sid.top = max(sid.top, top)
+        p.states[i].seen_ids.add_sorted(p.ids[p.first[i]:p.first[i] + p.cnt[i]])
 
 
 def _windows(model: Model, p: _Plan, d: Deferred) -> None:

@@ -113,7 +113,7 @@ def _state(m: Model) -> dict:
     for rank, r in sorted(m.ranks.items()):
         ranks[rank] = (
             r.ops_done, r.bytes_done, sorted(r.per_op.items()), r.last_seen, r.last_op, r.last_op_end,
-            r.last_start, sorted(r.seqs.items()), r.seen_ids.floor, sorted(r.seen_ids.above),
+            r.last_start, sorted(r.seqs.items()), r.seen_ids.floor, r.seen_ids.runs(),
             [(k, f.start, f.t_wall) for k, f in r.inflight.items()], list(r.windows.ended),
             r.windows.dropped_before, r.dropped, r.status, r.gone_reason, r.gone_t, sorted(r.sample.items()),
         )
@@ -349,7 +349,7 @@ def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
     _, many, taken = _one_and_many(monkeypatch, lost)
     assert sum(taken) > 0.9 * len(lost)
     seen = many.ranks[2].seen_ids
-    assert seen.floor == 499 and seen.above == set(range(520, 2000)) and seen.top == 1999
+    assert seen.floor == 499 and seen.runs() == [(520, 1999)] and seen.top == 1999
 
 
 @pytest.mark.parametrize("per_frame,lose,seed,every", [(10, 0.03, 4, 4096), (50, 0.01, 0, 4096),
@@ -451,7 +451,7 @@ def _counts(m: Model) -> dict:
     """What shedding keeps exact: every rank's counts, bytes, seqs and seen ids, and
     each (op, group)'s collectives counted (the summary's op table)."""
     ranks = {rank: (r.ops_done, r.bytes_done, sorted(r.per_op.items()), sorted(r.per_group.items()),
-                    sorted(r.seqs.items()), r.seen_ids.floor, sorted(r.seen_ids.above))
+                    sorted(r.seqs.items()), r.seen_ids.floor, r.seen_ids.runs())
              for rank, r in sorted(m.ranks.items())}
     return {"ranks": ranks, "ops": [(o["op"], o["group"], o["count"], o["bytes"]) for o in m.summary()["ops"]]}
 

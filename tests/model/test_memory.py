@@ -1,6 +1,11 @@
 """What the model keeps per event stays bounded: a long run costs aggregates, not
 a record per op."""
 
+import random
+
+import numpy as np
+import pytest
+
 from commviz.model import Model
 from commviz.model.state import SeenIds
 from tests.helpers import group, hello, op
@@ -11,19 +16,51 @@ def test_seen_ids_remember_every_started_op_in_constant_memory():
     for i in range(100_000):
         s.add(i)
     assert 99_999 in s and 0 in s and 100_000 not in s
-    assert s.above == set()  # consecutive ids collapse into the floor
+    assert s.runs() == []  # consecutive ids collapse into the floor
 
 
-def test_seen_ids_keep_gaps_open_and_bounded():
+def test_seen_ids_keep_gaps_open_as_runs():
     s = SeenIds()
     s.add(0)
     s.add(2)  # id 1 was dropped on the way
     assert 1 not in s and 2 in s
     s.add(1)  # …and comes back from the crash ring
-    assert s.floor == 2 and s.above == set()
-    for i in range(10, 10 + 3 * SeenIds.MAX_ABOVE, 2):  # every other id lost
+    assert s.floor == 2 and s.runs() == []
+    for i in range(100, 164):  # a frame of 64 ops after a lost one
         s.add(i)
-    assert len(s.above) <= SeenIds.MAX_ABOVE
+    assert s.runs() == [(100, 163)] and 50 not in s and 120 in s
+
+
+def test_seen_ids_stay_small_when_every_other_frame_is_lost():
+    """Lost frames used to leave every later id in a set: 4 MB a rank at the cap,
+    4 GB for a 1,024-rank job shedding for a few minutes."""
+    s = SeenIds()
+    for f in range(0, 20_000, 2):  # frames of 64 ids, every other one lost
+        s.add_sorted(np.arange(64 * f, 64 * f + 64))
+    assert len(s.runs()) <= SeenIds.SPAN // 128 + 1
+    assert 64 * 19_998 in s and 64 * 19_997 not in s  # the newest gap is still open
+    assert 64 * 1 in s  # gaps far below the top count as seen
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seen_ids_end_the_same_in_any_order(seed, monkeypatch):
+    """The batch path adds a rank's ids sorted; one event at a time they come in
+    arrival order. Both must leave the same ids seen."""
+    monkeypatch.setattr(SeenIds, "SPAN", 500)
+    rng = random.Random(seed)
+    ids = [i for i in range(3000) if rng.random() > 0.3]
+    one, many = SeenIds(), SeenIds()
+    shuffled = ids[:]
+    for k in range(0, len(shuffled), 40):  # reordered a little, as frames arrive
+        part = shuffled[k:k + 40]
+        rng.shuffle(part)
+        shuffled[k:k + 40] = part
+    for i in shuffled:
+        one.add(i)
+    for k in range(0, len(ids), 200):
+        many.add_sorted(np.array(ids[k:k + 200]))
+    assert (one.floor, one.runs(), one.top) == (many.floor, many.runs(), many.top)
+    assert all((i in one) == (i in many) for i in range(3100))
 
 
 def test_a_resent_start_is_not_counted_twice_however_old():
