@@ -44,6 +44,7 @@ from commviz import ops as opcat
 from commviz.events import OpStart
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
+from commviz.model.keys import unique, unique_sorted
 from commviz.model.store import END, OTHER, START, Chunk
 from commviz.model.straggler import Arrival
 from commviz.model.track import InFlight, Instance
@@ -127,8 +128,7 @@ def settle_point(c: Chunk, groups: dict | None = None) -> int:
     gidx: dict[str, int] = {}
     gsig = np.array([gidx.setdefault(k[1], len(gidx)) for k in c.sigs], np.int64)
     group = gsig[c.sig[sp]]
-    _, inst, count = np.unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), return_inverse=True,
-                               return_counts=True)
+    _, inst, count = unique((group << ID_BITS) | (c.seq[sp] & (ID_MAX - 1)), inverse=True, counts=True)
     first_i = np.full(len(count), n)
     last_i = np.full(len(count), -1)
     np.minimum.at(first_i, inst, sp)
@@ -339,7 +339,7 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
         distinct_ok = False
     else:
         distinct_ok = True
-    ur, first, cnt = np.unique(s_rank[order], return_index=True, return_counts=True)
+    ur, first, cnt = unique_sorted(s_rank[order], index=True, counts=True)
     ids_sorted = s_id[order]
     floors, offsets, states = _floors(model, ur)
     rank_ok = (floors > -2) & (ids_sorted[first] > floors)
@@ -422,7 +422,7 @@ def _instances(x: _Cols, sigs: _Sigs) -> _Inst | None:
     if not len(coll):
         return None
     ikey = (sigs.sig_group[x.s_sig[coll]] << ID_BITS) | x.s_seq[coll]
-    uk, inv, icnt = np.unique(ikey, return_inverse=True, return_counts=True)
+    uk, inv, icnt = unique(ikey, inverse=True, counts=True)
     return _Inst(coll, uk, inv, icnt)
 
 
@@ -443,7 +443,7 @@ def _sweep_point(model: Model, c: Chunk, x: _Cols, sigs: _Sigs, m: _Ends, inst: 
     if not len(checks) or not np2p.any():
         return len(c)
     keys = (sigs.sig_group[x.s_sig[np2p]] << ID_BITS) | x.s_seq[np2p]
-    uk, inv = np.unique(keys, return_inverse=True)
+    uk, inv = unique(keys, inverse=True)
     first = np.full(len(uk), len(c))
     np.minimum.at(first, inv, x.sp[np2p])
     close = np.full(len(uk), len(c) + 1)
@@ -718,7 +718,7 @@ class _Openings:
         k = k[np.lexsort((p.s_pos[k], p.finv[k]))]  # by instance, members in the order they entered
         self.model, self.p = model, p
         self.starts = c.events(p.s_pos[k])
-        self.bounds = dict(zip(*np.unique(p.finv[k], return_index=True)))
+        self.bounds = dict(zip(*unique_sorted(p.finv[k], index=True)))
         self.ranks = p.ur[p.ri[k]].tolist()
         self.walls, self.nbytes, self.durs = p.s_wall[k].tolist(), p.nbytes[k].tolist(), p.dur[k].tolist()
         self.n = np.bincount(p.finv[k], minlength=p.nf)
@@ -767,7 +767,7 @@ def _sums(model: Model, p: _Plan) -> None:
     np.maximum.at(seen, p.ri, np.maximum(p.s_wall, p.e_wall))
     # per (rank, op) and (rank, group) from the few signatures
     key = p.ri * len(p.sig_list) + p.sig
-    uk, inv = np.unique(key, return_inverse=True)
+    uk, inv = unique(key, inverse=True)
     kc = np.bincount(inv)
     kb = np.zeros(len(uk), np.int64)
     np.add.at(kb, inv, p.nbytes)
@@ -870,7 +870,7 @@ def _arrivals(p: _Plan) -> np.ndarray:
     running maximum never crosses from one instance into the next."""
     finv = p.finv.astype(np.int64)
     o = np.lexsort((p.s_pos, finv))
-    vals, vr = np.unique(p.s_wall, return_inverse=True)
+    vals, vr = unique(p.s_wall, inverse=True)
     nv = len(vals)
     run = np.maximum.accumulate(finv[o] * nv + vr.reshape(-1)[o])
     span = int(max(p.s_pos.max(), p.e_pos.max())) + 1

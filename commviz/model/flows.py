@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from commviz import ops as opcat
+from commviz.model.keys import unique
 from commviz.model.throughput import BUCKET_NS, Throughput, rate_window
 
 HUB = -1  # "every other member of the group" (large all_to_all)
@@ -95,7 +96,7 @@ class RingEnds(NamedTuple):
 def _acc_add(acc: dict, keys: np.ndarray, v: np.ndarray) -> None:
     """`acc[k] = acc.get(k, 0.0) + v[i]` for each i in order, keys new to `acc` added in
     the order they first come."""
-    uk, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    uk, first, inv = unique(keys, index=True, inverse=True)
     ks = uk.tolist()
     sums = np.array([acc.get(k, 0.0) for k in ks])
     np.add.at(sums, inv.reshape(-1), v)
@@ -432,7 +433,7 @@ class Traffic:
         if hi - lo < RUN_MIN or rank.min() < 0 or max(int(rank.max()), int(dst.max())) >= 1 << 31:
             return False
         edges = flows.edges
-        ukey, first, inv = np.unique((rank << 32) | dst, return_index=True, return_inverse=True)
+        ukey, first, inv = unique((rank << 32) | dst, index=True, inverse=True)
         keys = [(k >> 32, k & 0xFFFFFFFF) for k in ukey.tolist()]
         infos = [edges.get(k) for k in keys]
         by_first = np.argsort(first, kind="stable").tolist()  # the keys in the order of their first credit

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from commviz.model.keys import unique
+
 MAX_ABOVE = 16384
 
 
@@ -66,7 +68,7 @@ class Retired:
             return
         if self.above:
             new = np.concatenate([new, np.fromiter(self.above, np.int64, len(self.above))])
-        new = np.unique(new)
+        new = unique(new)
         run = new - np.arange(len(new)) == self.floor + 1  # the run that goes on from the floor
         k = len(new) if run.all() else int(np.argmin(run))
         self.floor += k
