@@ -11,6 +11,7 @@ from commviz.topo.presets import load_preset
 from commviz.tui.app import WatchApp
 from commviz.tui.feed import ReplayFeed
 from commviz.tui.widgets.flow import FlowView
+from commviz.tui.widgets.tables import LinksTable
 from commviz.tui.widgets.throughput import ThroughputPanel
 
 from . import scenes
@@ -53,10 +54,10 @@ async def test_flow_view_draws_a_ring_with_modelled_and_exact_packets():
         assert "all_reduce: modelled ring, 2(n-1)/n·S" in text  # the banner says how it was derived
         assert "▸exact" in text and "▹modelled" in text  # the legend
         # Links: ring edges are modelled, the send is exact.
-        links = app.query_one("#links", DataTable)
-        assert "e:2:6" in table_keys(links) and "e:0:1" in table_keys(links)
-        assert links.get_cell("e:2:6", "how").plain == "exact"
-        assert links.get_cell("e:0:1", "how").plain == "modelled"
+        links = app.query_one("#links", LinksTable)
+        assert "e:2:6" in links.link_keys() and "e:0:1" in links.link_keys()
+        assert links.link_cell("e:2:6", "how").plain == "exact"
+        assert links.link_cell("e:0:1", "how").plain == "modelled"
         tp = panel_text(app, "#throughput")
         assert "GB/s" in tp and "ops/s" in tp
 
@@ -115,7 +116,7 @@ async def test_focus_a_rank_from_the_table_and_back():
         assert "focus: rank 2" in flow_text(app)
         tp = panel_text(app, "#throughput")
         assert "r2 tx" in tp and "r2 rx" in tp and "r2 ops" in tp
-        links = table_keys(app.query_one("#links", DataTable))
+        links = app.query_one("#links", LinksTable).link_keys()
         assert links and all("2" in k.split(":")[1:] for k in links)  # only rank 2's edges
         assert "focus rank 2" in panel_text(app, "#status")
         await pilot.press("escape")
@@ -192,13 +193,12 @@ async def test_gpus_under_their_host_with_topology_and_measured_nvlink():
         assert flow.flow_layout.kind == "hosts"
         text = flow_text(app)
         assert "node0 · NVSwitch" in text and "node1 · NVSwitch" in text and "network" in text
-        links = app.query_one("#links", DataTable)
-        keys = table_keys(links)
-        assert "nv:node0:3" in keys  # measured, from rank 0's samples
-        assert links.get_cell("nv:node0:3", "how").plain == "measured"
-        assert links.get_cell("nv:node0:3", "cap").plain == "450 GB/s"
-        assert links.get_cell("e:0:1", "via") == "NVLink×18"
-        assert links.get_cell("e:7:8", "via") == "network"
+        links = app.query_one("#links", LinksTable)
+        assert "nv:node0:3" in links.link_keys()  # measured, from rank 0's samples
+        assert links.link_cell("nv:node0:3", "how").plain == "measured"
+        assert links.link_cell("nv:node0:3", "cap").plain == "450 GB/s"
+        assert links.link_cell("e:0:1", "via") == "NVLink×18"
+        assert links.link_cell("e:7:8", "via") == "network"
 
 
 async def test_many_ranks_fall_back_to_a_grid():

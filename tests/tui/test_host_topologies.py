@@ -9,7 +9,6 @@ sockets on PCIe) sends its document; host c sends nothing and is not the watcher
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable
 
 from commviz.events import GroupDef, Hello, HostTopology, OpEnd, OpStart
 from commviz.model.placement import Place
@@ -20,6 +19,7 @@ from commviz.topo.presets import load_preset
 from commviz.tui.app import WatchApp
 from commviz.tui.snapshot import take_snapshot
 from commviz.tui.widgets.flow import FlowView
+from commviz.tui.widgets.tables import LinksTable
 
 from .helpers import MS, WALL0, FakeClock
 from .scenes import FakeFeed
@@ -81,8 +81,8 @@ async def test_the_links_panel_shows_each_hosts_own_links_and_capacities():
     app = WatchApp(feed, title="t", animate=False, clock=FakeClock(), topology=A, hosts=HostTopologies(local=A))
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
-        links = app.query_one("#links", DataTable)
-        cell = lambda key, col: getattr(links.get_cell(key, col), "plain", links.get_cell(key, col))  # noqa: E731
+        links = app.query_one("#links", LinksTable)
+        cell = lambda key, col: getattr(links.link_cell(key, col), "plain", links.link_cell(key, col))  # noqa: E731
         assert (cell("e:0:1", "via"), cell("e:0:1", "cap")) == ("NVLink×18", "450 GB/s")
         # b's GPUs 1 and 2 are on different sockets: PCIe gen4 x16, not the watcher's NVSwitch
         assert (cell("e:2:3", "via"), cell("e:2:3", "cap")) == ("PCIe SYS", "31.5 GB/s")
