@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 # Hello moves a clock offset, a GroupDef can complete instances, a Goodbye or Stack
 # is rare enough to go slowly). The kinds and the readers live in model/store.py.
 MIN_BATCH = 256  # below this the per-event path is as quick
+TAIL = 8192  # events at a trace chunk's end where `tail_cut` looks for a cut
 SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
@@ -104,6 +105,17 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
         cut = settle_point(chunk, model.groups) if settle and len(chunk) >= SETTLE_MIN else len(chunk)
         ingest_chunk(model, chunk.part(0, cut) if cut < len(chunk) else chunk)
     return cut
+
+
+def tail_cut(c: Chunk, groups: dict | None = None) -> int:
+    """`settle_point` among a trace chunk's last TAIL events only: the collectives a
+    merged trace's chunk cuts lie at its end (a pass over the whole chunk cost more
+    than the per-event path it saves)."""
+    n = len(c)
+    if n < SETTLE_MIN:
+        return n
+    lo = n - min(n, TAIL)
+    return lo + settle_point(c.part(lo, n), groups)
 
 
 def settle_point(c: Chunk, groups: dict | None = None) -> int:

@@ -45,7 +45,7 @@ from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
 from commviz.model.flows import SHED_FLOW_SAMPLE, Traffic
 from commviz.model.stacks import StackStore
 from commviz.model.stats import OpStats
-from commviz.model.store import Chunk
+from commviz.model.store import Chunk, EventStore
 from commviz.model.straggler import StragglerWatch
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracker
@@ -558,8 +558,18 @@ class Model:
         was = gc.isenabled()
         gc.disable()
         try:
+            carry = None
             for chunk in chunks:
+                if carry is not None:
+                    chunk, carry = Chunk.joined(carry, chunk), None
+                cut = columns.tail_cut(chunk, self.groups) if type(chunk.store) is EventStore else len(chunk)
+                if cut < len(chunk):  # its last collectives, still open, go in with the next chunk
+                    chunk, carry = chunk.part(0, cut), chunk.part(cut, len(chunk))
                 columns.ingest_chunk(self, chunk)
+                if after_chunk is not None:
+                    after_chunk()
+            if carry is not None:
+                columns.ingest_chunk(self, carry)
                 if after_chunk is not None:
                     after_chunk()
         finally:

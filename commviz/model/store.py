@@ -380,6 +380,34 @@ def _store_block(st: EventStore, frames: list, table: dict) -> tuple:
         sig[s] = lut[sig[s]]
     return (st.kind, st.id, st.t, st.seq, sig, st.err, st.ebytes, st.dev, st.rank, src, st.pos, st.off, st.len)
 
+class _JoinedFrames:
+    """A joined chunk's frames (`Chunk.joined`): first the carried tail's, each as
+    (the frames it lies among, its index there), made only if asked for; then the
+    next chunk's own. A tail carried again refers to the frames beneath, so no chain
+    of these grows along a trace."""
+
+    __slots__ = ("refs", "rest", "n")
+
+    def __init__(self, refs: list, rest) -> None:
+        self.refs, self.rest, self.n = refs, rest, len(refs)
+
+    def __len__(self) -> int:
+        return self.n + len(self.rest)
+
+    def __getitem__(self, i: int):
+        if i < self.n:
+            frames, k = self.refs[i]
+            return frames[k]
+        return self.rest[i - self.n]
+
+    def ref(self, i: int) -> tuple:
+        return self.refs[i] if i < self.n else (self.rest, i - self.n)
+
+
+def _frame_ref(frames, i: int) -> tuple:
+    return frames.ref(i) if type(frames) is _JoinedFrames else (frames, i)
+
+
 class Chunk:
     """Events to ingest in order, as columns.
 
@@ -424,6 +452,33 @@ class Chunk:
         if type(self.store) is EventStore:
             return self.store.objects(self.at[idx], whole)
         return list(_pick(self.store, self.at[idx]))
+
+    @classmethod
+    def joined(cls, a: "Chunk", b: "Chunk") -> "Chunk":
+        """`a`'s events, then `b`'s, as one chunk: the tail a trace's chunk was cut
+        at (its collectives still open, `Model.ingest_chunks`) put before the next.
+        Both stores are EventStores; the new one refers to `a`'s frames, and makes
+        none of them (a frame read again from the trace costs a read)."""
+        sa, sb = a.store, b.store
+        src = sa.src[a.at]
+        used, inv = np.unique(src, return_inverse=True)
+        refs = [_frame_ref(sa.frames, k) for k in used.tolist()]
+        n = len(refs)
+        places = [np.concatenate([inv.astype(np.int64), sb.src + n])]
+        places += [np.concatenate([getattr(sa, f)[a.at], getattr(sb, f)]) for f in PLACES[1:]]
+        table = {k: i for i, k in enumerate(a.sigs)}
+        lut = np.array([table.setdefault(k, len(table)) for k in b.sigs] or [-1], np.int64)
+        sigs = list(table)
+        store = EventStore.of_places(_JoinedFrames(refs, sb.frames), sigs, places)
+        cols = []
+        for f in _FIELDS:
+            x, y = getattr(a, f), getattr(b, f)
+            if f == "at":
+                x, y = np.arange(len(x), dtype=np.int64), y + len(x)
+            elif f == "sig":
+                y = np.where(y >= 0, lut[np.maximum(y, 0)], -1)
+            cols.append(np.concatenate([x, y]))
+        return _bare(cls, _FIELDS, cols, store=store, sigs=sigs)
 
     def part(self, lo: int, hi: int) -> "Chunk":
         """Events lo..hi-1, sharing the store and the table."""

@@ -1,0 +1,77 @@
+"""A trace's chunk ends inside collectives: their events go in with the next chunk
+(`Model.ingest_chunks`, `Chunk.joined`), so they take the batch path whole instead
+of one event at a time, and the model ends exactly as without."""
+
+import numpy as np
+import pytest
+
+from commviz.model import Model, columns
+from commviz.model.store import Chunk, _JoinedFrames
+from commviz.trace import readahead
+from commviz.trace.stream import TraceStream, open_trace
+
+
+def _ingest(path, child: bool, carry: bool, monkeypatch) -> tuple[Model, int, int]:
+    """The model, how many tails were carried, how many events went one by one."""
+    joined, slow = [], []
+    with monkeypatch.context() as mp:
+        mp.setattr(columns, "SETTLE_MIN", 2048)  # chunks of 3,000 events, cut near their ends
+        mp.setattr(columns, "TAIL", 2048)
+        mp.setattr(TraceStream.chunks, "__defaults__", (3000, False))  # the child's too: it is forked
+        mp.setattr(readahead, "MIN_BYTES", 0 if child else 1 << 62)
+        if not carry:
+            mp.setattr(columns, "tail_cut", lambda c, groups=None: len(c))
+        real_joined, real_apply = Chunk.joined.__func__, columns._apply
+        mp.setattr(Chunk, "joined", classmethod(lambda cls, a, b: joined.append(1) or real_joined(cls, a, b)))
+        mp.setattr(columns, "_apply", lambda m, c, p: slow.append(len(c) - int(p.fast.sum())) or real_apply(m, c, p))
+        s = open_trace(path)
+        m = Model(hang_after_s=1.0, flows=False)
+        chunks = readahead.chunks(s)
+        assert isinstance(chunks, readahead.ChildMerge) == child
+        m.ingest_chunks(chunks, cut_off=s.truncated, snapshot=s.snapshot)
+    return m, len(joined), sum(slow)
+
+
+def _what_it_holds(m: Model) -> tuple:
+    ranks = {k: (r.ops_done, r.bytes_done, sorted(r.per_op.items()), sorted(r.seqs.items()), r.seen_ids.floor,
+                 r.seen_ids.runs(), list(r.windows.ended), r.last_op, r.last_start)
+             for k, r in sorted(m.ranks.items())}
+    return m.summary(), ranks, m.events, sorted(m.pending)
+
+
+@pytest.mark.parametrize("child", [False, True])
+def test_a_trace_ingested_with_its_chunks_tails_carried_ends_the_same(tmp_path, synth, monkeypatch, child):
+    p = tmp_path / "t.cvz"
+    synth.write(str(p), ranks=16, ops=600)
+    carried, joins, slow = _ingest(p, child, True, monkeypatch)
+    plain, no_joins, slow_plain = _ingest(p, child, False, monkeypatch)
+    assert joins > 3 and no_joins == 0
+    assert _what_it_holds(carried) == _what_it_holds(plain)
+    assert slow < slow_plain / 4  # the cut collectives went in bulk
+
+
+def _chunk(events_by_rank: dict[int, list]):
+    from commviz.events import encode_batch
+    from commviz.model.store import EventStore, decode_frame
+
+    frames = [decode_frame(encode_batch(r, evs)) for r, evs in events_by_rank.items()]
+    store = EventStore.join(frames)
+    return Chunk(store, store.rank)
+
+
+def test_a_joined_chunk_holds_both_chunks_events_in_order_with_their_signatures():
+    from tests.helpers import op
+
+    a = _chunk({0: op(0, 10, 20, "all_reduce", seq=0) + op(1, 30, 40, "broadcast", seq=1)})
+    b = _chunk({1: op(0, 50, 60, "all_gather", seq=0) + op(1, 70, 80, "all_reduce", seq=1)})
+    tail = a.part(1, len(a))
+    j = Chunk.joined(tail, b)
+    want = tail.events(np.arange(len(tail))) + b.events(np.arange(len(b)))
+    assert j.events(np.arange(len(j))) == want
+    assert j.rank.tolist() == tail.rank.tolist() + b.rank.tolist()
+    starts = np.flatnonzero(j.sig >= 0)
+    assert [j.sigs[k][0] for k in j.sig[starts].tolist()] == [e.op for e in want if hasattr(e, "op")]
+    # joined again, the frames refer to the stores beneath, never to an earlier join
+    again = Chunk.joined(j.part(len(j) - 2, len(j)), a)
+    assert again.events(np.arange(len(again))) == want[-2:] + a.events(np.arange(len(a)))
+    assert all(type(f) is not _JoinedFrames for f, _ in again.store.frames.refs)
