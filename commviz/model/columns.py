@@ -45,6 +45,7 @@ from commviz.events import OpStart
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
 from commviz.model.keys import unique, unique_sorted
+from commviz.model.seen import SeenIds
 from commviz.model.store import END, OTHER, START, Chunk
 from commviz.model.straggler import Arrival
 from commviz.model.track import InFlight, Instance
@@ -354,7 +355,10 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
     ur, first, cnt = unique_sorted(s_rank[order], index=True, counts=True)
     ids_sorted = s_id[order]
     floors, offsets, states = _floors(model, ur)
-    rank_ok = (floors > -2) & (ids_sorted[first] > floors)
+    lo_id, hi_id = ids_sorted[first], ids_sorted[first + cnt - 1]
+    # ids further apart than SeenIds.SPAN: one by one, the newest would make the
+    # oldest count as seen (a duplicate) before it came
+    rank_ok = (floors > -2) & (lo_id > floors) & (hi_id - lo_id < SeenIds.SPAN)
     if not distinct_ok:
         dup = np.zeros(len(sk), bool)
         dup[1:] = np.diff(sk) == 0
@@ -365,8 +369,8 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
 
 
 def _floors(model: Model, ur: np.ndarray) -> tuple:
-    """Per rank (`ur`): the op id its new ids must all be above (SeenIds' floor, or
-    its top where runs wait above a gap: `SeenIds.add_sorted`), its clock offset and
+    """Per rank (`ur`): the op id its new ids must all be above (the highest it has
+    started: then none is a duplicate, `SeenIds.add_sorted`), its clock offset and
     its state."""
     floors = np.full(len(ur), -2, np.int64)  # -2: the rank cannot take the fast path
     offsets = np.zeros(len(ur), np.int64)
@@ -378,7 +382,7 @@ def _floors(model: Model, ur: np.ndarray) -> tuple:
             continue
         seen = st.seen_ids
         offsets[i] = st.offset_ns
-        floors[i] = seen.top if seen.lo else seen.floor
+        floors[i] = seen.top
     return floors, offsets, states
 
 

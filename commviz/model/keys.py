@@ -14,6 +14,8 @@ def unique(keys: np.ndarray, index: bool = False, inverse: bool = False, counts:
     """`np.unique(keys, return_index=index, return_inverse=inverse, return_counts=counts)`
     for a 1-D integer array: the sorted distinct keys, then what was asked for, in that
     order (`index`: each key's first position, as the stable sort gives it)."""
+    if keys.ndim != 1:
+        raise ValueError("keys.unique groups 1-D keys only")
     n = len(keys)
     if not n:
         e = np.zeros(0, np.intp)
@@ -36,7 +38,8 @@ def unique(keys: np.ndarray, index: bool = False, inverse: bool = False, counts:
 
 
 def unique_sorted(keys: np.ndarray, index: bool = False, counts: bool = False):
-    """`unique` for keys already in ascending order: no sort at all."""
+    """`unique` for keys already in ascending order (a column after the sort of a
+    key it leads), where even a stable sort would be a pass for nothing."""
     n = len(keys)
     head = np.empty(n, bool)
     if n:

@@ -11,7 +11,8 @@ import pytest
 from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample, encode_batch
 from commviz.model import Model, audit, columns, store
 from commviz.model import flows as flows_mod
-from tests.helpers import group, hello
+from commviz.model.seen import SeenIds
+from tests.helpers import group, hello, op
 
 
 def _trace(seed: int, ranks: int = 6, steps: int = 400, wall0: int = 10**18) -> list[tuple[int, object]]:
@@ -339,6 +340,19 @@ def _one_and_many(monkeypatch, trace: list, one: Model | None = None, many: Mode
     many.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
     assert _state(many) == _state(one)
     return one, many, taken
+
+
+def test_op_ids_further_apart_than_the_seen_window_go_the_per_event_way(monkeypatch):
+    """One event at a time, a start far above the rest makes the ids SPAN below it
+    count as seen, so an older start after it is a duplicate: the batch must agree."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    trace = [(r, ev) for r in range(2) for ev in (hello(r), group())]
+    for i in range(300):
+        trace += [(r, ev) for r in range(2) for ev in op(i, 1000 * i + r, 1000 * i + 500, seq=i)]
+    trace += [(0, ev) for ev in op(5000, 400_000, 400_500, seq=300)]  # far above: the window moves
+    trace += [(0, ev) for ev in op(300, 401_000, 401_500, seq=301)]  # now below it: a duplicate
+    one, many, _ = _one_and_many(monkeypatch, trace)
+    assert one.duplicates == many.duplicates == 1
 
 
 def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):

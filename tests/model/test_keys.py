@@ -17,7 +17,7 @@ def test_unique_is_numpys(xs):
     want = np.unique(a, return_index=True, return_inverse=True, return_counts=True)
     got = unique(a, index=True, inverse=True, counts=True)
     for w, g in zip(want, got):
-        assert np.array_equal(w, g)
+        assert np.array_equal(w, g) and w.dtype == g.dtype and w.shape == g.shape
     assert np.array_equal(unique(a), np.unique(a))
     s = np.sort(a)
     for w, g in zip(np.unique(s, return_index=True, return_counts=True), unique_sorted(s, index=True, counts=True)):
