@@ -80,3 +80,12 @@ async def test_links_that_stay_keep_their_rows_and_nothing_is_removed():
         table.snapshot = Snapshot(now=2, info=None, rates=rates)
         await pilot.pause()
         assert len(table.link_keys()) == 10 and len(removed) == MAX_ROWS - 10
+
+
+def test_a_link_far_faster_than_those_shown_takes_a_row_at_once():
+    rng = random.Random(3)
+    rates = _ring(rng)
+    shown = {k for k, _ in link_rows(rates, {})}
+    rates[5000, 5001] = EdgeRate(5000, 5001, 100e9, 0.0, "send")
+    keys = [k for k, _ in link_rows(rates, {}, shown=shown)]
+    assert keys[0] == "e:5000:5001" and len(keys) == MAX_ROWS and len(set(keys) & shown) == MAX_ROWS - 1

@@ -115,16 +115,25 @@ def link_rows(rates: dict[tuple[int, int], EdgeRate], places: dict[int, Place], 
 
 
 def _key(r: EdgeRate) -> str:
+    """An edge's row key: the table keeps a link's row by it (`_pick`'s `shown`)."""
     return f"e:{r.src}:{r.dst}"
 
 
 def _pick(ranked: list[EdgeRate], room: int, shown: Collection[str]) -> list[EdgeRate]:
-    """At most `room` of the edges (fastest first), those in `shown` kept while they
-    carry STAY of the rate of the `room`-th fastest; in rate order."""
-    if len(ranked) <= room or not shown:
+    """At most `room` of the edges (fastest first), in rate order: those in `shown`
+    stay while they carry STAY of the rate of the `room`-th fastest, unless an edge
+    not shown carries more than 1/STAY of a stayer's (a link that starts to carry
+    far more than the rest must show at once)."""
+    if len(ranked) <= room or not shown or not room:
         return ranked[:room]
-    bar = ranked[room - 1].Bps * STAY if room else 0.0
+    bar = ranked[room - 1].Bps * STAY
     stay = [r for r in ranked if r.Bps >= bar and _key(r) in shown][:room]
     kept = {id(r) for r in stay}
-    fill = [r for r in ranked if id(r) not in kept][: room - len(stay)]
+    others = [r for r in ranked if id(r) not in kept]
+    fill, rest = others[: room - len(stay)], others[room - len(stay):]
+    for r in rest:  # fastest first, against the slowest stayer
+        if not stay or r.Bps * STAY <= stay[-1].Bps:
+            break
+        stay.pop()
+        fill.append(r)
     return sorted(stay + fill, key=lambda r: (-r.Bps, r.src, r.dst))

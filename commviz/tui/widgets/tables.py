@@ -312,7 +312,10 @@ class LinksTable(SnapshotTable):
     """Rows are places, not links: a link that stays keeps its row, one that goes
     gives its row to the next, and only a shorter list removes rows. A removed row
     costs the whole screen a layout (~80 ms at 1,024 ranks on 2 busy cores), and at
-    that size the fastest links change every second."""
+    that size the fastest links change every second. So the rows are in rate order
+    (measured NVLink first) when the list is made or gets shorter, and a newcomer
+    takes the row that was freed; the cursor stays on its row, whatever link is
+    there next."""
 
     COLUMNS = LINK_COLUMNS
     TITLE = "Links"
@@ -338,7 +341,8 @@ class LinksTable(SnapshotTable):
         self.border_title = f"Links ({len(rows)})" if rows else "Links (nothing moving)"
 
     def link_keys(self) -> list[str]:
-        """The links shown, by row: "e:SRC:DST" for an edge, "nv:HOST:GPU" measured."""
+        """The links shown, by row: "e:SRC:DST" for an edge, "nv:HOST:GPU" measured
+        (row keys are places, so a caller asking for a link asks here)."""
         return list(self._slots)
 
     def link_cell(self, link: str, column: str):
