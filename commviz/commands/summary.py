@@ -37,7 +37,12 @@ def run(args, cmd: list[str]) -> int:
     # Read in bounded memory: frames stream through the model, which keeps aggregates.
     loaded = open_stream(args.path, note=False, rank_map=args.rank_map)  # problems go into the summary itself
     model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
-    model.ingest_chunks(readahead.chunks(loaded), cut_off=loaded.truncated, snapshot=loaded.snapshot)
+    chunks = readahead.chunks(loaded)
+    try:
+        model.ingest_chunks(chunks, cut_off=loaded.truncated, snapshot=loaded.snapshot)
+    finally:  # the child's files stay open until the model is done with its last tail
+        if isinstance(chunks, readahead.ChildMerge):
+            chunks.close()
     s = model.summary()
     if loaded.problems:
         s["problems"] = loaded.problems

@@ -466,7 +466,11 @@ class Chunk:
         n = len(refs)
         places = [np.concatenate([inv.astype(np.int64), sb.src + n])]
         places += [np.concatenate([getattr(sa, f)[a.at], getattr(sb, f)]) for f in PLACES[1:]]
-        table = {k: i for i, k in enumerate(a.sigs)}
+        # only the signatures the tail uses go on: the table must not grow chunk by chunk
+        table: dict = {}
+        lut_a = np.full(max(1, len(a.sigs)), -1, np.int64)
+        for k in np.unique(a.sig[a.sig >= 0]).tolist():
+            lut_a[k] = table.setdefault(a.sigs[k], len(table))
         lut = np.array([table.setdefault(k, len(table)) for k in b.sigs] or [-1], np.int64)
         sigs = list(table)
         store = EventStore.of_places(_JoinedFrames(refs, sb.frames), sigs, places)
@@ -476,6 +480,7 @@ class Chunk:
             if f == "at":
                 x, y = np.arange(len(x), dtype=np.int64), y + len(x)
             elif f == "sig":
+                x = np.where(x >= 0, lut_a[np.maximum(x, 0)], -1)
                 y = np.where(y >= 0, lut[np.maximum(y, 0)], -1)
             cols.append(np.concatenate([x, y]))
         return _bare(cls, _FIELDS, cols, store=store, sigs=sigs)

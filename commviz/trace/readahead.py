@@ -137,6 +137,7 @@ class ChildMerge:
         self._done = False
 
     def __iter__(self) -> Iterator[Chunk]:
+        ended = False
         try:
             while True:
                 try:
@@ -148,11 +149,14 @@ class ChildMerge:
                     yield self._chunk(body)
                 elif kind == "end":
                     self._end(body)
+                    ended = True
                     return
                 else:
                     raise body[0] if isinstance(body[0], Exception) else RuntimeError(body[1])
         finally:
-            self.close()
+            # At the end the files stay open: the model may still ask for frames of
+            # the last chunk's tail (`Model.ingest_chunks` carries it past the end).
+            self.close(files=not ended)
 
     def _chunk(self, body: tuple) -> Chunk:
         slot, arrays, sigs, frames = body
@@ -183,7 +187,9 @@ class ChildMerge:
             return f"killed by signal {os.WTERMSIG(st)}"
         return f"exit status {os.waitstatus_to_exitcode(st)}"
 
-    def close(self) -> None:
+    def close(self, files: bool = True) -> None:
+        """The child reaped, the pipes and the slots closed, and, with `files`, the
+        trace's files: call it once the model is done with the chunks."""
         if self.pid is not None:
             if not self._done:
                 try:
@@ -192,12 +198,26 @@ class ChildMerge:
                     pass
             os.waitpid(self.pid, 0)
             self.pid = None
-        if self._fds is None:
-            return
-        for f in (self._data, self._free):
-            f.close()
-        _release(self._fds, self._mem)
-        self._fds = None
+        if self._mem is not None:
+            for f in (self._data, self._free):
+                f.close()
+            self._mem.close()
+            self._mem = None
+        if files and self._fds is not None:
+            _release(self._fds, None)
+            self._fds = None
+
+    def __del__(self) -> None:  # a caller that never closed: its files, at least, go
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self) -> "ChildMerge":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _release(fds: list[int], mem: mmap.mmap | None) -> None:

@@ -2,12 +2,15 @@
 (`Model.ingest_chunks`, `Chunk.joined`), so they take the batch path whole instead
 of one event at a time, and the model ends exactly as without."""
 
+import msgspec
 import numpy as np
 import pytest
 
+from commviz.events import Goodbye, OpEnd, OpStart, encode_batch
 from commviz.model import Model, columns
 from commviz.model.store import Chunk, _JoinedFrames
 from commviz.trace import readahead
+from commviz.trace.file import TraceWriter
 from commviz.trace.stream import TraceStream, open_trace
 
 
@@ -39,15 +42,52 @@ def _what_it_holds(m: Model) -> tuple:
     return m.summary(), ranks, m.events, sorted(m.pending)
 
 
+def _hung_job(path, synth, ops: int = 640) -> None:
+    """bench/synth.py's job with op sizes that vary (many signatures), no goodbyes,
+    and a last all_reduce, in frames of its own, that rank 5 never leaves: the last
+    chunk ends inside a collective, so its tail is carried past the end (with 640
+    ops, frames of it not read before are asked for after the merge has ended)."""
+    w = TraceWriter(str(path))
+    for r, evs in synth.frames(16, ops):
+        evs = [msgspec.structs.replace(e, bytes=(4 << 20) + 4096 * (e.id % 7)) if type(e) is OpStart else e
+               for e in evs if type(e) is not Goodbye]
+        w.write(encode_batch(r, evs))
+    for r in range(16):
+        t0 = synth.host_mono0(r) + 10**12 // 2
+        evs = [OpStart(id=ops, t=t0, op="all_reduce", group=synth.GROUP, seq=ops, bytes=4 << 20, dtype="float32",
+                       shape=[1 << 20], reduce_op="sum")]
+        if r != 5:
+            evs.append(OpEnd(id=ops, t=t0 + 1000))
+        w.write(encode_batch(r, evs))
+    w.close()
+
+
 @pytest.mark.parametrize("child", [False, True])
-def test_a_trace_ingested_with_its_chunks_tails_carried_ends_the_same(tmp_path, synth, monkeypatch, child):
+@pytest.mark.parametrize("job", ["clean", "hung"])
+def test_a_trace_ingested_with_its_chunks_tails_carried_ends_the_same(tmp_path, synth, monkeypatch, child, job):
     p = tmp_path / "t.cvz"
-    synth.write(str(p), ranks=16, ops=600)
+    if job == "clean":
+        synth.write(str(p), ranks=16, ops=600)
+    else:
+        _hung_job(p, synth)
     carried, joins, slow = _ingest(p, child, True, monkeypatch)
     plain, no_joins, slow_plain = _ingest(p, child, False, monkeypatch)
     assert joins > 3 and no_joins == 0
     assert _what_it_holds(carried) == _what_it_holds(plain)
     assert slow < slow_plain / 4  # the cut collectives went in bulk
+    if job == "hung":
+        assert ("0", 640) in carried.pending and len(carried.summary()["ops"]) == 1
+
+
+def test_a_tail_carried_on_and_on_keeps_only_the_signatures_it_uses():
+    from tests.helpers import op
+
+    a = _chunk({0: op(0, 10, 20, "all_reduce", seq=0) + op(1, 30, 40, "broadcast", seq=1)})
+    for k in range(2, 30):
+        b = _chunk({0: op(k, 100 * k, 100 * k + 5, f"op{k}", seq=k)})
+        a = Chunk.joined(a.part(len(a) - 2, len(a)), b)
+    assert len(a.sigs) == 2 and [s[0] for s in a.sigs] == ["op28", "op29"]
+    assert [e.op for e in a.events(np.arange(len(a))) if hasattr(e, "op")] == ["op28", "op29"]
 
 
 def _chunk(events_by_rank: dict[int, list]):
