@@ -216,12 +216,12 @@ async def test_light_theme_and_narrow_links_toggle():
         app.theme = "textual-light"
         await pilot.pause()
         assert "●0" in flow_text(app)
-        links = app.query_one("#links", DataTable)
-        assert not links.display or links.size.width == 0  # narrow: hidden until asked for
+        links, side = app.query_one("#links", DataTable), app.query_one("#side")
+        assert not side.display and links.size.width == 0  # narrow: hidden until asked for
         await pilot.press("l")
         await pilot.pause()
-        assert links.size.width > 0
+        assert side.display and links.size.width > 0
         await pilot.press("l")
         await pilot.pause()
-        assert not links.display or links.size.width == 0  # hidden again
+        assert not side.display and links.size.width == 0  # hidden again
         assert isinstance(app.query_one("#throughput"), ThroughputPanel)
