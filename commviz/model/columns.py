@@ -321,9 +321,9 @@ def _signatures(model: Model, table: list) -> _Sigs:
 
 class _Ranks(NamedTuple):
     """Per rank of the batch's starts (`ur`, sorted): its start count, state, clock
-    offset and whether its starts can go fast; `skey` each start's (rank, id), `s_ri` each start's index
-    into `ur`; `ids`, from `first`, each rank's ids in order; `order` sorts `skey`
-    into `sk`; `distinct` whether no two starts share a (rank, id)."""
+    offset and whether its starts can go fast; `skey` each start's (rank, id), `s_ri`
+    each start's index into `ur`; `ids`, from `first`, each rank's ids in order;
+    `order` sorts `skey` into `sk`; `distinct` whether no two starts share a (rank, id)."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
