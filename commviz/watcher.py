@@ -161,15 +161,11 @@ class LiveFeed:
             self._carried_at = time.monotonic()
         with self._qlock:
             self._queued += len(events) - done
-        # frames lost leave nearly every collective with a member missing: shed detail
-        # as when behind. Lost where: the inbox had no room, or anywhere on the way (a
-        # probe whose window the slow acks kept full, a relay), seen as jumps in op ids
-        # (64 ranks' windows hold ~38 MB, under the inbox's 64: a slow model makes the
-        # probes drop first, and the inbox never fills). Not asked: a peer over its
-        # rate, which is its own fault, and a rank's own `dropped`, which also counts
-        # what it dropped with no watcher to send to.
-        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t,
-                                               self.server.behind_frames + self.model.id_jumps)
+        # frames the inbox had no room for leave nearly every collective with a member
+        # missing: shed detail as when behind (not asked: a peer over its rate, which
+        # is its own fault, and a rank's own `dropped`, which also counts what it
+        # dropped with no watcher to send to)
+        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, self.server.behind_frames)
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):

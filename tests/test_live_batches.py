@@ -29,12 +29,6 @@ def test_queued_frames_reach_the_model_as_if_ingested_one_by_one(tmp_path, monke
             frames[-1].events.append(ev)
         else:
             frames.append(Batch(1, r, [ev]))
-    # The trace drops some starts on purpose (orphan ends): the jumps in op ids they
-    # leave would make the watcher shed detail, as frames lost (tests/test_watcher.py).
-    # Here batches are held against one event at a time: only the inbox's losses count.
-    real_update = feed.overload.update
-    monkeypatch.setattr(feed.overload, "update",
-                        lambda now, newest, lost=0: real_update(now, newest, feed.server.behind_frames))
     carried = []
     real = columns.settle_point
     monkeypatch.setattr(columns, "settle_point",

@@ -323,8 +323,7 @@ class _Ranks(NamedTuple):
     """Per rank of the batch's starts (`ur`, sorted): its start count, state, clock
     offset and whether its starts can go fast; `skey` each start's (rank, id), `s_ri`
     each start's index into `ur`; `ids`, from `first`, each rank's ids in order;
-    `order` sorts `skey` into `sk`; `distinct` whether no two starts share a (rank, id);
-    `jumps` the op-id jumps among the fast ranks' starts."""
+    `order` sorts `skey` into `sk`; `distinct` whether no two starts share a (rank, id)."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
@@ -337,7 +336,6 @@ class _Ranks(NamedTuple):
     order: np.ndarray
     sk: np.ndarray
     distinct: bool
-    jumps: int
 
 
 def _rank_floors(model: Model, x: _Cols) -> _Ranks:
@@ -367,14 +365,7 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
         bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
-    # Op ids skipped on the way (frames lost at a probe, a relay or the inbox), as one
-    # at a time counts them (`Model._start`): a jump from a rank's highest id before
-    # the batch, or between its ids in it. Only its fast ranks: the others go one by one.
-    jumps = int(((floors >= 0) & (lo_id > floors + 1) & rank_ok).sum())
-    if len(sk) > 1:
-        step = (np.diff(ids_sorted) > 1) & (np.diff(s_rank[order]) == 0)
-        jumps += int((step & rank_ok[np.repeat(np.arange(len(ur)), cnt)][1:]).sum())
-    return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok, jumps)
+    return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok)
 
 
 def _floors(model: Model, ur: np.ndarray) -> tuple:
@@ -576,7 +567,7 @@ def _build_plan(c: Chunk, x: _Cols, sigs: _Sigs, r: _Ranks, m: _Ends, inst: _Ins
     p.fast[sp[fs]] = True
     p.fast[ep[fe]] = True
     p.ur, p.rank_ok, p.cnt, p.states, p.offsets = r.ur, r.rank_ok, r.cnt, r.states, offsets
-    p.ids, p.first, p.jumps = r.ids, r.first, r.jumps
+    p.ids, p.first = r.ids, r.first
     ri = r.s_ri[fs]
     p.ri = ri
     p.s_pos, p.e_pos = sp[fs], ep[fe]
@@ -785,7 +776,6 @@ def _sums(model: Model, p: _Plan) -> None:
     """The order-free effects: counts, bytes, seqs, last-seen times, seen ids."""
     nr = len(p.ur)
     model.events += 2 * len(p.ri)
-    model.id_jumps += p.jumps
     n_ends = np.bincount(p.ri, minlength=nr)
     b_ends = np.zeros(nr, np.int64)
     np.add.at(b_ends, p.ri, p.nbytes)

@@ -2,8 +2,7 @@
 
 Lag is the watcher's clock minus the newest event's time (each rank's stamps are on
 the wall clock through its host's offset, `model.merge`). A watcher that falls
-further behind than `shed_after_s`, or that is losing frames (its inbox full, or op
-ids jumping on arrival: frames a probe or a relay dropped), sheds
+further behind than `shed_after_s`, or that is losing frames (its inbox full), sheds
 per-event detail — latency samples, straggler and
 desync checks; flows and throughput become an estimate from a sample of the ops
 (`flows.SHED_FLOW_SAMPLE`) — and keeps what a user counts on exactly: ops,
@@ -36,7 +35,7 @@ class Overload:
 
     def update(self, now_ns: int, newest_ns: int, lost: int = 0) -> bool:
         """Note the lag at `now_ns` (wall clock) given the newest event's time, and
-        `lost`, the losses so far (frames shed by the inbox, op-id jumps); returns whether to shed
+        `lost`, the frames lost so far (shed by the inbox); returns whether to shed
         detail from now on."""
         self.lag_ns = max(0, now_ns - newest_ns) if newest_ns else 0
         if lost > self.lost:

@@ -243,9 +243,6 @@ class Model:
         self.events = 0
         self.orphan_ends = 0
         self.duplicates = 0
-        # Jumps in a rank's op ids on arrival: ops lost on the way, wherever (a probe's
-        # full queue, a relay, the inbox). The watcher sheds detail while they grow.
-        self.id_jumps = 0
         self.last_t = 0
 
     @property
@@ -538,13 +535,10 @@ class Model:
             self.topology_version += 1
 
     def _start(self, r: RankState, s: OpStart) -> None:
-        seen = r.seen_ids
-        if s.id in seen:
+        if s.id in r.seen_ids:
             self.duplicates += 1  # resent after a reconnect
             return
-        if 0 <= seen.top < s.id - 1 and self._deferred is None:  # (a batch counts its own: columns)
-            self.id_jumps += 1
-        seen.add(s.id)
+        r.seen_ids.add(s.id)
         fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
         if _is_p2p(s.op):
             self.tracker.post(r.rank, fl)

@@ -355,15 +355,6 @@ def test_op_ids_further_apart_than_the_seen_window_go_the_per_event_way(monkeypa
     assert one.duplicates == many.duplicates == 1
 
 
-def test_lost_frames_show_as_op_id_jumps_one_by_one_and_in_bulk(monkeypatch):
-    """The watcher sheds detail while op ids jump on arrival (frames lost anywhere on
-    the way); a clean run has none, one event at a time or in batches."""
-    one, many, _ = _one_and_many(monkeypatch, _lossy_run(ranks=4, steps=600, per_frame=20, lose=0.0, seed=0))
-    assert one.id_jumps == many.id_jumps == 0
-    one, many, taken = _one_and_many(monkeypatch, _lossy_run(ranks=4, steps=600, per_frame=20, lose=0.05, seed=1))
-    assert sum(taken) and 0 < many.id_jumps <= one.id_jumps  # (a rank that goes one by one in a batch: uncounted)
-
-
 def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
     """A gap in a rank's op ids (its frame lost) used to send every op of that rank in
     the batch, and so every collective it belongs to, the per-event way."""
