@@ -370,15 +370,24 @@ def _store_block(st: EventStore, frames: list, table: dict) -> tuple:
     keep = np.flatnonzero(used)
     src = (np.cumsum(used) - 1 + len(frames))[st.src]
     frames.extend(itemgetter(*keep.tolist())(st.frames) if len(keep) > 1 else [st.frames[int(k)] for k in keep])
-    sig = st.sig
-    s = np.flatnonzero(sig >= 0)
-    if len(s):
-        lut = np.full(len(st.sigs), -1, np.int64)
-        for k in np.unique(sig[s]).tolist():
-            lut[k] = table.setdefault(st.sigs[k], len(table))
-        sig = sig.copy()
-        sig[s] = lut[sig[s]]
+    sig = _renumbered(st.sig, st.sigs, table)
     return (st.kind, st.id, st.t, st.seq, sig, st.err, st.ebytes, st.dev, st.rank, src, st.pos, st.off, st.len)
+
+
+def _renumbered(sig: np.ndarray, sigs: list, table: dict) -> np.ndarray:
+    """`sig` (codes into `sigs`; -1: no signature) as codes into `table`, which gains
+    only the signatures `sig` uses: a carried tail's table must not keep every
+    signature of the batch or chunk it came from."""
+    s = np.flatnonzero(sig >= 0)
+    if not len(s):
+        return sig
+    lut = np.full(len(sigs), -1, np.int64)
+    codes = sig[s]
+    for k in np.flatnonzero(np.bincount(codes, minlength=len(sigs))).tolist():  # (no sort)
+        lut[k] = table.setdefault(sigs[k], len(table))
+    sig = sig.copy()
+    sig[s] = lut[codes]
+    return sig
 
 class _JoinedFrames:
     """A joined chunk's frames (`Chunk.joined`): first the carried tail's, each as
@@ -466,23 +475,18 @@ class Chunk:
         n = len(refs)
         places = [np.concatenate([inv.astype(np.int64), sb.src + n])]
         places += [np.concatenate([getattr(sa, f)[a.at], getattr(sb, f)]) for f in PLACES[1:]]
-        # only the signatures the tail uses go on: the table must not grow chunk by chunk
-        table: dict = {}
-        lut_a = np.full(max(1, len(a.sigs)), -1, np.int64)
-        for k in np.unique(a.sig[a.sig >= 0]).tolist():
-            lut_a[k] = table.setdefault(a.sigs[k], len(table))
-        lut = np.array([table.setdefault(k, len(table)) for k in b.sigs] or [-1], np.int64)
+        table: dict = {}  # (the tail's signatures first, then the next chunk's)
+        sig = np.concatenate([_renumbered(a.sig, a.sigs, table), _renumbered(b.sig, b.sigs, table)])
         sigs = list(table)
         store = EventStore.of_places(_JoinedFrames(refs, sb.frames), sigs, places)
         cols = []
         for f in _FIELDS:
-            x, y = getattr(a, f), getattr(b, f)
-            if f == "at":
-                x, y = np.arange(len(x), dtype=np.int64), y + len(x)
-            elif f == "sig":
-                x = np.where(x >= 0, lut_a[np.maximum(x, 0)], -1)
-                y = np.where(y >= 0, lut[np.maximum(y, 0)], -1)
-            cols.append(np.concatenate([x, y]))
+            if f == "sig":
+                cols.append(sig)
+            elif f == "at":
+                cols.append(np.concatenate([np.arange(len(a), dtype=np.int64), b.at + len(a)]))
+            else:
+                cols.append(np.concatenate([getattr(a, f), getattr(b, f)]))
         return _bare(cls, _FIELDS, cols, store=store, sigs=sigs)
 
     def part(self, lo: int, hi: int) -> "Chunk":
