@@ -20,10 +20,13 @@
 #     a fresh thread's device when the flight recorder is dumped; torch.compile
 #     fullgraph of a funcol all_reduce under commviz
 #  2. tests/gpu: every op family on NCCL under `commviz record`
-#  3. bench/nccl_launch.py: host time the probe adds per NCCL launch, probe asserted on
-#  4. `commviz topo --json` and NVML counters
+#  3. bench/nccl_launch.py: host time the probe adds per NCCL launch, probe asserted on;
+#     bench/nccl_split.py: where that time goes (the poller's wakes, each CUDA call)
+#  4. `commviz topo --json`, and `commviz nvml-dump` (nvml.json: commit it under
+#     tests/gpu/fixtures/ so the fake NVML replays a real machine on CI)
 # Results: $OUT/gpu_check.json (or ./gpu_check_out/ when $OUT is unset), one entry
-# per step: its return code, seconds, and the JSON or last lines it printed.
+# per step: its return code, seconds, and the JSON or last lines it printed; every
+# step's whole output in steps.log (the device tool brings back at most 8 files).
 # --dry-run: the same steps on the CPU with gloo (CUDA-only facts say skipped), so
 # the script itself is rehearsed on a machine without a GPU.
 set -uo pipefail
@@ -33,7 +36,8 @@ DRY=""
 OUTDIR=${OUT:-$PWD/gpu_check_out}
 mkdir -p "$OUTDIR"
 RES="$OUTDIR/steps.jsonl"
-: > "$RES"
+LOGS=$(mktemp -d)
+: > "$RES"; : > "$OUTDIR/steps.log"
 PY=${PYTHON:-python3}
 
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
@@ -52,10 +56,11 @@ timeout 120 $PY setup.py -q build_ext --inplace >/dev/null 2>&1 || true
 step() {
     local name=$1 limit=$2; shift 2
     echo "---- $name"
-    local t0=$SECONDS log="$OUTDIR/$name.log"
+    local t0=$SECONDS log="$LOGS/$name.log"
     timeout "$limit" "$@" > "$log" 2>&1
     local rc=$?
     tail -n 5 "$log"
+    { echo "==== $name (rc $rc)"; cat "$log"; } >> "$OUTDIR/steps.log"
     $PY - "$name" "$rc" "$((SECONDS - t0))" "$log" >> "$RES" <<'PYEOF'
 import json, sys
 name, rc, secs, log = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
@@ -104,7 +109,10 @@ else
 fi
 step nccl_launch 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 bench/nccl_launch.py \
     --rounds 20 $DRY
+step nccl_split 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 bench/nccl_split.py \
+    --rounds 10 $DRY
 step topo 60 $PY -m commviz.cli topo --json
+[ -z "$DRY" ] && step nvml_dump 60 $PY -m commviz.cli nvml-dump --samples 3 "$OUTDIR/nvml.json"
 
 $PY - "$RES" "$OUTDIR/gpu_check.json" <<'PYEOF'
 import json, sys
