@@ -161,6 +161,8 @@ class Probe:
 
         if self.cuda_side is None:  # one per process: CUDAGraph is patched once, for it
             self.cuda_side = CudaSide(self._cuda(), self.push, self.health, self._device_seen, _backend_of)
+        else:
+            self.cuda_side.resume()
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
                              self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack,
                              self.capture_quiet_stacks)
@@ -474,7 +476,7 @@ class Probe:
         lets us learn that (see probe/work.py). CUDA work never takes the CPU modes:
         the waiter's C++ wait() on its own thread would leave the user's stream not
         waiting for the op. `coalesced`: the Work `_end_coalescing` returned, whose
-        future NCCL never sets; it is polled, never asked for one."""
+        future older torch leaves unset (probe/cuda.py, `COALESCED_FUTURE_SINCE`)."""
         if rec.cuda:
             self.cuda_side.end_work(rec.id, rec.cuda, work, rec.t0, nbytes, coalesced)
             return

@@ -41,10 +41,14 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
   oldest op: ops of one communicator complete in order, so nothing behind an
   incomplete op needs a query. Timing events are reused once read (a pool per
   device), not created twice per op.
-- `Work.is_completed()` is also true when the op failed: `Work.exception()` says so.
-  A blocking op has no Work to ask: its end event completes even when the watchdog
-  aborted the communicator, so the group's `get_error()` (ProcessGroupNCCL) is asked
-  when the event completes, and every second while it has not.
+- `Work.is_completed()` is also true when the op failed. Whether it failed is asked of
+  the group's backend, `get_error()` (ProcessGroupNCCL), when the op is seen done and
+  every second while it is not: a blocking op has no Work to ask, and its end event
+  completes even when the watchdog aborted the communicator. `Work.exception()` is
+  asked only when the group is not known: it is deprecated (torch prints a warning on
+  the job's stderr at its first call), and on torch 2.11's NCCL its binding cannot
+  return what it holds (pybind's "Unable to convert function return value" TypeError,
+  seen on an H200 for an all_reduce that succeeded).
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ def driver_capture_mode():
 
     return exchange
 
-POOL_MAX = 64  # timing events kept for reuse, per device
+POOL_MAX = 512  # timing events kept for reuse, per device (two per op in flight)
+STREAMS_MAX = 256  # current-stream objects kept, by the stream's id
 ERROR_CHECK_S = 1.0  # how often a blocking op still running asks its group for an error
 
 
@@ -92,7 +97,7 @@ class CudaCall:
     """What the caller's thread learnt about a CUDA op before it ran (truthy).
     `comm`: which communicator (its NCCL stream) it runs on, as (group id, peer: -1
     for collectives); `first`: the first op this rank ran on it; `pg`: the group,
-    asked for errors when the op has no Work."""
+    asked whether the op failed."""
 
     __slots__ = ("dev", "start", "captured", "comm", "first", "pg")
 
@@ -118,18 +123,18 @@ class Pending:
         self.enqueue_ns = enqueue_ns
         self.comm = comm
         self.first = first
-        self.pg = pg  # a blocking op's group: no Work says whether it failed
+        self.pg = pg  # the op's group: its backend says whether the op failed
         self.check_at = 0.0  # when next to ask the group for an error
 
     @classmethod
     def of(cls, op_id, call: CudaCall, start, end, work, nbytes, enqueue_ns) -> Pending:
-        return cls(op_id, call.dev, start, end, work, nbytes, enqueue_ns, call.comm, call.first,
-                   call.pg if work is None else None)
+        return cls(op_id, call.dev, start, end, work, nbytes, enqueue_ns, call.comm, call.first, call.pg)
 
 
 class Backoff:
-    """Poll sleep: fine resolution for short ops, little CPU for long ones, and back
-    to fine as soon as new work arrives (a long op must not slow the next one)."""
+    """Poll sleep: fine resolution for short ops, little CPU for long ones. Back to
+    fine when work arrives at an idle poller; while ops keep coming it stays coarse
+    (at most `hi` late), since every poll takes the GIL from the launching thread."""
 
     def __init__(self, lo: float = 5e-5, hi: float = 2e-3, factor: float = 1.5) -> None:
         self.lo, self.hi, self.factor = lo, hi, factor
@@ -144,14 +149,53 @@ class Backoff:
         self.current = self.lo
 
 
+# The first torch seen to set a future on the Work that ends a coalesced batch
+# (bench/gpu_facts.py coalesced_future, torch 2.11 + NCCL 2.28 on an H200). Older ones
+# may leave it null, and `get_future()` wraps a null future that crashes when used.
+COALESCED_FUTURE_SINCE = (2, 11)
+
+
+def coalesced_future_set() -> bool:
+    try:
+        import torch
+
+        major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+    except Exception:
+        return False
+    return (major, minor) >= COALESCED_FUTURE_SINCE
+
+
+def stream_key_of(cuda):
+    """A cheap `(device) -> id of its current stream` for `cuda`, or None: torch's
+    `_cuda_getCurrentStream` (stream id, device, device type), or a fake's own."""
+    fn = getattr(cuda, "stream_key", None)
+    if fn is not None:
+        return fn
+    try:
+        import torch
+
+        if cuda is torch.cuda:
+            return torch._C._cuda_getCurrentStream
+    except Exception:
+        pass
+    return None
+
+
 def error_text(exc) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
+# pybind's words when a binding's C++ result has no Python type: the binding failed,
+# not the op (torch 2.11's NCCL Work.exception(), returning a std::exception_ptr)
+UNCONVERTIBLE = "Unable to convert function return value"
+
+
 def work_error(work) -> str:
-    """The failure a completed Work carries, "" when it succeeded."""
+    """The failure a completed Work carries, "" when it succeeded or cannot say."""
     try:
         exc = work.exception()
+    except TypeError as raised:
+        return "" if UNCONVERTIBLE in str(raised) else error_text(raised)
     except Exception as raised:  # some bindings raise the stored exception
         return error_text(raised)
     return error_text(exc) if exc is not None else ""
@@ -174,6 +218,9 @@ class CudaSide:
         self.capture_lock = threading.Lock()  # a capture never begins mid-query
         self.poller: CudaPoller | None = None
         self._poller_lock = threading.Lock()
+        self.stream_key = stream_key_of(cuda)  # (device) -> the current stream's id, cheaply
+        self.coalesced_future = coalesced_future_set()
+        self._streams: dict = {}  # that id -> its Stream object
 
     # ------------------------------------------------------------ caller's thread
 
@@ -185,7 +232,6 @@ class CudaSide:
             dev = x.get_device()
             if dev not in self.devices:
                 self._new_device(dev)
-            cuda = self.cuda
             comm, first, pg = None, False, None
             if g is not None:
                 comm, pg = (g.gid, peer), g.pg
@@ -195,11 +241,27 @@ class CudaSide:
             if self._capturing(dev):
                 return CudaCall(dev, None, True, comm, first, pg)
             ev = self.event(dev)
-            ev.record(cuda.current_stream(dev))  # torch guards the stream's device
+            ev.record(self.current_stream(dev))  # torch guards the stream's device
             return CudaCall(dev, ev, False, comm, first, pg)
         except Exception as exc:
             self.health.internal("cuda begin", exc)
             return CudaCall(-1, None)
+
+    def current_stream(self, dev: int):
+        """`torch.cuda.current_stream(dev)` for less (on an H200 it costs 3.5 µs a
+        call, and an op needs two): the stream's id comes from torch's C call, and its
+        Python Stream object is made once per stream. Which stream is current is
+        asked every time: a `with torch.cuda.stream(s)` between ops is followed."""
+        key = self.stream_key
+        if key is None:
+            return self.cuda.current_stream(dev)
+        k = key(dev)
+        s = self._streams.get(k)
+        if s is None:
+            if len(self._streams) >= STREAMS_MAX:
+                self._streams.clear()
+            s = self._streams[k] = self.cuda.current_stream(dev)
+        return s
 
     def event(self, dev: int):
         """A timing event, from the device's pool when one is free."""
@@ -247,21 +309,22 @@ class CudaSide:
         end = None
         if call.start is not None:
             end = self.event(call.dev)
-            end.record(self.cuda.current_stream(call.dev))
+            end.record(self.current_stream(call.dev))
         self.poll(Pending.of(op_id, call, call.start, end, None, nbytes, enqueue_ns))
 
     def end_work(self, op_id: int, call: CudaCall, work, t0: int, nbytes: int = -1, coalesced: bool = False) -> None:
         """After an async op: its future's callback runs on a stream that waits for the
         op (torch's Future::invokeCallback); the end event goes there. Without a
         future, completion is polled on the Work alone (no device time). A coalesced
-        batch's Work is never asked for its future: `ProcessGroupNCCL::endCoalescing`
-        does not set one, and the binding would wrap whatever is there."""
+        batch's Work is asked for its future only from torch 2.11
+        (`COALESCED_FUTURE_SINCE`): before, `ProcessGroupNCCL::endCoalescing` could
+        leave it unset, and the binding wraps whatever is there."""
         enqueue_ns = time.monotonic_ns() - t0
         if call.captured or call.dev < 0:
             self._unpolled(op_id, call, nbytes, enqueue_ns)
             return
         fut = None
-        if not coalesced:
+        if not coalesced or self.coalesced_future:
             try:
                 fut = work.get_future()
             except Exception:
@@ -284,7 +347,7 @@ class CudaSide:
                 return
             try:
                 end = self.event(call.dev)
-                end.record(self.cuda.current_stream(call.dev))
+                end.record(self.current_stream(call.dev))
             except Exception as exc:
                 self.health.internal("cuda completion", exc)
                 end = None
@@ -315,6 +378,11 @@ class CudaSide:
         if poller is not None:
             poller.stop(grace_s)
         self.pools.clear()  # the next poller starts with events of its own
+
+    def resume(self) -> None:
+        """The probe starts again (after `stop`): streams are looked up afresh."""
+        self._streams.clear()
+        self.stream_key = stream_key_of(self.cuda)
 
     # ------------------------------------------------------------- graph capture
 
@@ -364,11 +432,13 @@ class CudaPoller:
         self.queues: dict[tuple, deque] = {}  # (device, communicator) -> its ops, oldest first
         self.last_end: dict[tuple, object] = {}  # (device, communicator) -> end event of its last op
         self.backends: dict[tuple, object] = {}  # (id(pg), device) -> backend with get_error, or None
+        self._answers: dict[tuple, str] = {}  # (id(pg), device) -> what get_error said, this poll
         self.backend_timing: bool | None = None  # Work._get_duration() answers (TORCH_NCCL_ENABLE_TIMING)
         self.backoff = Backoff()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop_at: float | None = None
+        self._idle = False  # waiting for ops, to be woken by the next `add` (under _lock)
         self._dev: int | None = None  # the device this thread has set
         # "thread_local" once this thread's capture mode is set (its queries are then
         # safe during any other thread's capture), else why not: polls then hold off
@@ -392,10 +462,16 @@ class CudaPoller:
         self.thread.start()
 
     def add(self, p: Pending) -> None:
+        """Hand over an op. The thread is woken only from its idle wait: while it has
+        ops it polls on its own schedule. A wake per op cost the launching thread
+        ~80 µs an NCCL launch on an H200 (bench/nccl_split.py), each one a switch of
+        the GIL to this thread and back."""
         with self._lock:
             self.incoming.append(p)
+            idle, self._idle = self._idle, False
+        if idle:
             self.backoff.reset()
-        self._wake.set()
+            self._wake.set()
 
     def wake(self) -> None:
         self._wake.set()
@@ -430,7 +506,8 @@ class CudaPoller:
         side = self.side
         safe = self._thread_local_capture_mode()
         while True:
-            idle = not self.queues and not self.incoming
+            with self._lock:
+                idle = self._idle = not self.queues and not self.incoming
             if self._stop_at is not None and (idle or time.monotonic() >= self._stop_at):
                 return
             if idle:
@@ -458,6 +535,7 @@ class CudaPoller:
         """Each FIFO from its oldest op, up to the first one still running."""
         with self._lock:
             new, self.incoming = self.incoming, []
+        self._answers.clear()
         queues = self.queues
         for p in new:
             key = (p.dev, p.comm if p.comm is not None else ("op", p.op_id))
@@ -486,18 +564,19 @@ class CudaPoller:
         if p.work is not None:
             if not p.work.is_completed():
                 return False
-            err = work_error(p.work)
+            said = self._group_error(p) if p.pg is not None else None
+            err = said if said is not None else work_error(p.work)  # the Work only if the group cannot say
         if not err and p.end is not None and not p.end.query():
             if p.pg is not None and time.monotonic() >= p.check_at:
                 p.check_at = time.monotonic() + ERROR_CHECK_S
-                err = self._group_error(p)
+                err = self._group_error(p) or ""
             if not err:
                 return False
             t = time.monotonic_ns()
         else:
             t = time.monotonic_ns()  # seen done now: asking the group below takes time
-            if not err and p.pg is not None:
-                err = self._group_error(p)
+            if not err and p.pg is not None and p.work is None:  # a Work's group was asked above
+                err = self._group_error(p) or ""
         device_ns = -1 if err else self._device_ns(p, key)
         self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
         return True
@@ -534,9 +613,9 @@ class CudaPoller:
                 side.recycle(p.dev, prev)
         return ns
 
-    def _group_error(self, p: Pending) -> str:
+    def _group_error(self, p: Pending) -> str | None:
         """What the group's backend says went wrong with its communicator, "" if
-        nothing (or it cannot say)."""
+        nothing, None if it cannot say."""
         k = (id(p.pg), p.dev)
         b = self.backends.get(k, False)
         if b is False:
@@ -550,14 +629,18 @@ class CudaPoller:
                 b = None
             self.backends[k] = b
         if b is None:
-            return ""
+            return None
+        said = self._answers.get(k)
+        if said is not None:  # asked already in this poll: ops seen done together share the answer
+            return said
         try:
             e = b.get_error()
         except Exception:  # a backend that cannot say (a wrapper, an older torch): never ask it again
             self.backends[k] = None
-            return ""
+            return None
         name = getattr(e, "name", str(e))
-        if name == "SUCCESS":
-            return ""
-        return (f"NCCL reports {name} on this group's communicator (ProcessGroupNCCL.get_error()): "
-                "the op did not complete normally")
+        said = "" if name == "SUCCESS" else (
+            f"NCCL reports {name} on this group's communicator (ProcessGroupNCCL.get_error()): "
+            "the op did not complete normally")
+        self._answers[k] = said
+        return said

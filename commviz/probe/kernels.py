@@ -13,7 +13,9 @@ A call made inside a wrapped one (eager funcol, whose Python wrapper already
 recorded it) passes straight through: one event per collective.
 
 DDP's reducer rebuilds its buckets once, on the first forward after the first
-backward, by two broadcasts from C++ (`sync_bucket_indices`). A permanent kernel on
+backward, by two broadcasts from C++ (`sync_bucket_indices`). Each ends when the Work
+the kernel passes back completes (`Work.unbox` of it), so on CUDA it is timed on the
+device like any async broadcast. A permanent kernel on
 `c10d::broadcast_` would tax every eager broadcast (~2 µs of Python per call), so it
 is registered only around the forwards that can rebuild (`rebuild_window`), ~60 µs
 each, and only until DDP says the buckets were rebuilt.
@@ -50,6 +52,18 @@ OPS = {
 REBUILD = "ddp_rebuild_broadcast"  # the event name of DDP's bucket-rebuild broadcasts
 MAX_REBUILD_WINDOWS = 16  # forwards per model that may open one, at most
 MAX_PENDING = 4096  # unwaited results tracked at once; the oldest is ended past it
+
+
+def _unboxed_work(out):
+    """The Work of a `c10d::broadcast_` result, `(tensors, work)`. A kernel gets it as
+    a TorchScript object that has only `wait`; `Work.unbox` gives the Work itself."""
+    try:
+        from torch._C._distributed_c10d import Work
+
+        w = out[1]
+        return w if isinstance(w, Work) else Work.unbox(w)
+    except Exception:
+        return None
 
 
 class Pending:
@@ -224,19 +238,26 @@ class Kernels:
                         t = tensors[0]
                         root = g.ranks[root_rank] if 0 <= root_rank < g.size else -1
                         rec = calls.begin(probe, REBUILD, pg, sum(x.nbytes for x in tensors), dtype_name(t.dtype),
-                                          list(t.shape), None, root=root)
+                                          list(t.shape), t, root=root)
                 except Exception as exc:
                     health.internal(REBUILD, exc)
             try:
-                return redispatch(keyset.remove(BS), tensors, process_group, root_rank, root_tensor, *rest)
+                out = redispatch(keyset.remove(BS), tensors, process_group, root_rank, root_tensor, *rest)
             except BaseException as exc:
                 if rec is not None:
                     probe.fail(rec, exc)
-                    rec = None
                 raise
-            finally:
-                if rec is not None:
+            if rec is not None:
+                work = _unboxed_work(out)
+                if work is None:  # ended by the next broadcast (the reducer waits on each) or the window's end
                     open_rec.append(rec)
+                else:
+                    try:
+                        probe.track(rec, work)  # on CUDA: timed on the device, as an async broadcast
+                    except Exception as exc:
+                        health.internal(REBUILD, exc)
+                        open_rec.append(rec)
+            return out
 
         lib = torch.library.Library("c10d", "IMPL")
         try:

@@ -116,6 +116,11 @@ class FakeCuda:
             else:
                 streams[s.device] = prev
 
+    def stream_key(self, device) -> tuple:
+        """torch._C._cuda_getCurrentStream's part: an id of the current stream."""
+        s = self.current_stream(device)
+        return (id(s), s.device)
+
     def is_current_stream_capturing(self) -> bool:
         return self.current_stream().capturing
 

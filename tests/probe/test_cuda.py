@@ -36,6 +36,7 @@ def fc(monkeypatch):
         monkeypatch.setattr(torch.cuda, name, getattr(fc, name))
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: pytest.fail("the probe synchronized the device"))
     monkeypatch.setattr(torch.cuda, "_initialized", True)
+    monkeypatch.setattr(torch.cuda, "stream_key", fc.stream_key, raising=False)  # torch._C._cuda_getCurrentStream
     # torch.cuda.CUDAGraph as the probe sees it: capture_begin/capture_end, as torch's
     # (a Python class of our own: the C++ base cannot be made without a GPU on a CUDA build)
     class FakeGraph:
@@ -248,21 +249,57 @@ def test_3_device_time_from_events_around_the_op_and_the_enqueue_time_apart(prob
     assert 0 <= e.enqueue_ns <= e.t - s.t and not e.captured
 
 
-def test_3_the_poll_backoff_starts_afresh_when_new_work_arrives(fc):
+def test_3_new_ops_leave_a_busy_pollers_backoff_and_wake_an_idle_one(fc):
+    """Each wake of the poller takes the GIL from the launching thread (~80 µs an NCCL
+    launch on an H200): ops handed to a poller that is already polling wait for its
+    next poll; an idle poller is woken and polls finely again."""
     from commviz.probe.cuda import CudaPoller, CudaSide, Pending
     from commviz.probe.health import Health
 
     side = CudaSide(fc, lambda rec: None, Health())
-    poller = CudaPoller(side)  # not started: driven by hand
-    poller.add(Pending(1, 0, None, fc.Event(), None, -1, 0))
-    poller.pending[0].end.record(fc.default[0])  # never runs: a long op
-    fc.set_device(0)
-    for _ in range(30):
-        poller.poll_once()
-        poller.backoff.next()
-    assert poller.backoff.current == poller.backoff.hi
-    poller.add(Pending(2, 0, None, None, None, -1, 0))
-    assert poller.backoff.current == poller.backoff.lo
+    poller = CudaPoller(side)
+    long_op = fc.Event()
+    long_op.record(fc.default[0])  # never runs until the stream does
+    poller.add(Pending(1, 0, None, long_op, None, -1, 0, ("g", -1)))
+    poller.start()
+    try:
+        deadline = time.monotonic() + 5
+        while poller.backoff.current < poller.backoff.hi and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert poller.backoff.current == poller.backoff.hi
+        for i in range(50):
+            poller.add(Pending(2 + i, 0, None, None, None, -1, 0, ("g", -1)))
+        assert poller.backoff.current == poller.backoff.hi  # busy: not reset by new ops
+        fc.default[0].run(1.0)
+        while poller.pending and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert not poller.pending
+        time.sleep(0.05)  # it goes idle
+        poller.add(Pending(99, 0, None, None, None, -1, 0, ("g", -1)))
+        assert poller.backoff.current < poller.backoff.hi  # woken: polls finely again
+    finally:
+        poller.stop(1.0)
+
+
+def test_3_an_op_on_a_stream_set_between_ops_is_timed_on_that_stream(probe, fc):
+    """The probe keeps a Python object per stream, but asks which stream is current
+    at every op: an op inside `with torch.cuda.stream(s)` is timed there."""
+    from tests.probe.fake_cuda import Stream
+
+    side_stream = Stream(fc, 0)
+
+    def job():
+        ar = fake_op(probe, "all_reduce")
+        ar(FakeTensor(0))
+        ar(FakeTensor(0))
+        with fc.stream(side_stream):
+            ar(FakeTensor(0))
+        fc.default[0].run(1.0)  # the side stream has not run yet
+
+    got = ops_of(probe, job)
+    done = [e is not None and e.device_ns >= 0 for _, e in got]
+    assert done == [True, True, False]
+    side_stream.run(2.0)
 
 
 def test_a_query_that_raises_ends_the_op_with_the_error(fc):
@@ -365,6 +402,51 @@ def test_7_a_work_that_completes_with_an_exception_is_a_failed_op(probe, fc):
     assert e is not None and "remote process exited" in e.error
 
 
+class UnconvertibleWork(FakeWork):
+    """torch 2.11's NCCL Work on an H200: `exception()` raises pybind's conversion
+    TypeError whatever the op did (its C++ result, a std::exception_ptr, has no Python
+    type), and the first call prints torch's deprecation warning on the job's stderr."""
+
+    asked = 0
+
+    def exception(self):
+        UnconvertibleWork.asked += 1
+        raise TypeError("Unable to convert function return value to a Python type! The signature was\n\t"
+                        "(self: torch._C._distributed_c10d.Work) -> std::__exception_ptr::exception_ptr")
+
+
+def test_7_a_work_whose_exception_binding_cannot_answer_is_not_a_failed_op(probe, fc):
+    work = UnconvertibleWork(fc, 0, future=False)  # a coalesced batch's Work: no future to ask
+
+    def job():
+        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
+        work.finish(1.0)
+
+    [(s, e)] = ops_of(probe, job)
+    assert e is not None and e.error == ""
+
+
+def test_7_a_work_on_a_group_whose_backend_says_is_never_asked_for_its_exception(probe, fc):
+    """The group's backend (ProcessGroupNCCL.get_error) says whether the op failed, so
+    the deprecated Work.exception() is not called and prints nothing in the job."""
+    backend = FakeNcclBackend("COMM_ERROR")
+    UnconvertibleWork.asked = 0
+    work = UnconvertibleWork(fc, 0, future=False)
+
+    def job():
+        probe.ensure_started()
+        probe.cuda_side.backend_of = lambda pg, dev: backend
+        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
+        work.finish(1.0)
+
+    try:
+        [(s, e)] = ops_of(probe, job)
+    finally:
+        probe.cuda_side.backend_of = None
+    assert UnconvertibleWork.asked == 0
+    assert e is not None and "COMM_ERROR" in e.error
+
+
 def test_7_a_blocking_coalesced_cuda_batch_ends_on_the_device_not_at_host_time(probe, fc):
     import contextlib
 
@@ -442,18 +524,10 @@ def test_8_a_blocked_nvml_sample_delays_no_cuda_completion(probe, fc, monkeypatc
 # issue 33 ------------------------------------------------------------------------
 
 
-def test_33_1_a_coalesced_batchs_work_is_never_asked_for_its_future(probe, fc):
-    """`ProcessGroupNCCL::endCoalescing` sets no future on the Work it returns, and
-    `get_future()` wraps whatever is there: asking could crash the rank."""
+def _coalesced_async_batch(probe, fc, work):
     import contextlib
 
     from commviz.probe.patch import _wrap_coalescing
-
-    class CoalescedWork(FakeWork):
-        def get_future(self):
-            pytest.fail("get_future() called on a coalesced batch's Work")
-
-    work = CoalescedWork(fc, 0)
 
     @contextlib.contextmanager
     def coalescing(group=None, device=None, async_ops=False):
@@ -467,10 +541,38 @@ def test_33_1_a_coalesced_batchs_work_is_never_asked_for_its_future(probe, fc):
         with manager(async_ops=True):
             all_reduce(x, async_op=True)
             all_reduce(x, async_op=True)
+        fc.default[0].run(1.0)
         work.finish(1.0)
 
-    got = ops_of(probe, job)
+    return ops_of(probe, job)
+
+
+def test_33_1_before_torch_2_11_a_coalesced_batchs_work_is_never_asked_for_its_future(probe, fc):
+    """`ProcessGroupNCCL::endCoalescing` could leave the Work's future unset, and
+    `get_future()` wraps whatever is there: asking could crash the rank."""
+
+    class CoalescedWork(FakeWork):
+        def get_future(self):
+            pytest.fail("get_future() called on a coalesced batch's Work")
+
+    probe.ensure_started()
+    probe.cuda_side.coalesced_future = False  # what torch < 2.11 gets
+    got = _coalesced_async_batch(probe, fc, CoalescedWork(fc, 0))
     assert len(got) == 2 and all(e is not None and e.error == "" for _, e in got)
+
+
+def test_33_1_from_torch_2_11_a_coalesced_async_batch_is_timed_on_the_device(probe, fc):
+    """torch 2.11 sets the coalesced Work's future (seen on an H200): each op of the
+    batch gets its device time from an end event recorded in its callback."""
+    from commviz.probe.cuda import coalesced_future_set
+
+    probe.ensure_started()
+    probe.cuda_side.coalesced_future = True
+    got = _coalesced_async_batch(probe, fc, FakeWork(fc, 0))
+    assert len(got) == 2 and all(e is not None and e.error == "" and e.device_ns >= 0 for _, e in got)
+    import torch
+
+    assert coalesced_future_set() == (tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 11))
 
 
 def test_33_2_the_long_op_audit_reads_on_the_ranks_gpu_not_gpu_0(probe, fc, monkeypatch):
@@ -637,6 +739,46 @@ def test_33_6_a_blocking_op_on_a_failed_communicator_ends_with_the_error(probe, 
         probe.cuda_side.backend_of = None
     assert e1.error == "" and e1.device_ns >= 0
     assert "TIMEOUT" in e2.error and "get_error" in e2.error and e2.device_ns == -1
+
+
+def test_33_6_ops_seen_done_in_one_poll_ask_their_group_once(fc):
+    """A launch-bound loop completes many ops per poll: one `get_error()` answers for
+    all of them (each call is Python on the poller, holding the GIL the launching
+    thread wants); the next poll asks again, and a failure it reports ends its ops."""
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    class Counting(FakeNcclBackend):
+        asked = 0
+
+        def get_error(self):
+            Counting.asked += 1
+            return super().get_error()
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health())
+    backend = Counting()
+    side.backend_of = lambda pg, dev: backend
+    poller = CudaPoller(side)  # not started: driven by hand
+    fc.set_device(0)
+    pg = object()
+
+    def ops(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            start, end = side.event(0), side.event(0)
+            start.record(fc.default[0])
+            end.record(fc.default[0])
+            poller.add(Pending(i, 0, start, end, None, -1, 0, ("g", -1), False, pg))
+        fc.default[0].run(float(first))
+
+    ops(0, 50)
+    poller.poll_once()
+    assert len(ends) == 50 and Counting.asked == 1
+    backend.error = "COMM_ERROR"
+    ops(50, 3)
+    poller.poll_once()
+    assert Counting.asked == 2
+    assert len(ends) == 53 and all("COMM_ERROR" in e[3] for e in ends[50:])  # (END, id, t, error, ...)
 
 
 def test_33_6_a_blocking_op_that_never_completes_reports_its_communicators_error(probe, fc):
