@@ -159,6 +159,10 @@ class Counters(msgspec.Struct, tag="counters", array_like=True, omit_defaults=Tr
     dropped: I64 = 0
     internal_errors: I64 = 0
     trace_errors: I64 = 0
+    # events left out while a watcher was connected but not taking them (its credit
+    # window full, the backlog over its bound): the watcher is behind, so it sheds
+    # detail. Traced or not, unlike `dropped`; a watcher older than this field skips it.
+    behind: I64 = 0
 
 
 class Goodbye(msgspec.Struct, tag="bye", array_like=True, omit_defaults=True):

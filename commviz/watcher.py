@@ -39,6 +39,7 @@ class IngestCounts:
     why: str = ""  # while shedding: "behind the job" or "frames lost"
     shed_spells: int = 0
     shed_frames: int = 0
+    probe_behind_events: int = 0  # events the probes left out while this feed took none (Counters.behind)
     refused_token: int = 0
     refused_limit: int = 0
 
@@ -161,11 +162,13 @@ class LiveFeed:
             self._carried_at = time.monotonic()
         with self._qlock:
             self._queued += len(events) - done
-        # frames the inbox had no room for leave nearly every collective with a member
-        # missing: shed detail as when behind (not asked: a peer over its rate, which
-        # is its own fault, and a rank's own `dropped`, which also counts what it
-        # dropped with no watcher to send to)
-        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, self.server.behind_frames)
+        # frames the inbox had no room for, and events the probes left out because this
+        # watcher was not taking them (Counters.behind), leave nearly every collective
+        # with a member missing: shed detail as when behind (not asked: a peer over its
+        # rate, which is its own fault, and a rank's own `dropped`, which also counts
+        # what it dropped with no watcher to send to)
+        lost = self.server.behind_frames + self.model.behind_events
+        self.model.shed = self.overload.update(time.time_ns(), self.model.last_t, lost)
 
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):
@@ -315,7 +318,8 @@ class LiveFeed:
         lock of the model's, with what is read from the model."""
         ov, srv = self.overload, self.server
         return IngestCounts(lag_s=ov.lag_ns / 1e9, shedding=ov.shedding, why=ov.why, shed_spells=ov.spells,
-                            shed_frames=srv.shed_frames, refused_token=srv.denied, refused_limit=srv.turned_away)
+                            shed_frames=srv.shed_frames, probe_behind_events=self.model.behind_events,
+                            refused_token=srv.denied, refused_limit=srv.turned_away)
 
     # Feed protocol (read by the TUI) ------------------------------------
 
@@ -339,6 +343,8 @@ class LiveFeed:
         if srv.shed_frames:
             worst = ", ".join(f"{p} {n}" for p, n in srv.shed.top(2))
             bits.append(f"{srv.shed_frames} frames shed ({worst})")
+        if m.behind_events:
+            bits.append(f"{m.behind_events} events left out by the probes (this watcher took none)")
         if srv.denied:
             bits.append(f"{srv.denied} connections refused (no valid token)")
         if srv.turned_away:

@@ -105,6 +105,42 @@ def test_shed_frames_are_shown_by_peer(tmp_path):
     assert ingest["shedding"] and ingest["why"] == "frames lost" and ingest["shed_frames"] >= 19
 
 
+def test_a_probe_saying_the_watcher_is_behind_makes_it_shed(tmp_path):
+    """Frames a probe left out while connected (its credit window full) never reach
+    the inbox: the probe's counters say how many, and the model sheds detail as for
+    frames the inbox shed, instead of showing every collective holed."""
+    from commviz.events import Counters
+
+    d = tmp_path / "commviz-t"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock")
+    feed.start()
+    try:
+        c = Client(feed.addr, identity=b"rank3-pid9")
+        assert wait_for(lambda: c.send(encode_batch(3, [hello(3, mono=time.monotonic_ns(), wall=time.time_ns()), Counters(time.monotonic_ns())])))
+        assert wait_for(lambda: 3 in feed.model.ranks)
+        assert not feed.model.shed
+        c.send(encode_batch(3, [Counters(time.monotonic_ns(), behind=700)]))
+        c.send(encode_batch(3, [Counters(time.monotonic_ns(), behind=650)]))  # a total: never counted twice, never down
+        assert wait_for(lambda: feed.model.behind_events == 700 and feed.model.shed)
+        assert "frames lost: shedding detail" in feed.status()
+        assert "700 events left out by the probes" in feed.status()
+        c.close()
+        from commviz import metrics
+        from commviz.httpview import StateServer, fetch_summary
+
+        http = StateServer(feed, "127.0.0.1", 0).start()
+        try:
+            ingest = fetch_summary(f"{http.url}/summary")["ingest"]
+        finally:
+            http.close()
+        assert ingest["probe_behind_events"] == 700 and ingest["why"] == "frames lost"
+        told = {s.name: s.value for fam in metrics.feed_collector(feed).collect() for s in fam.samples}
+        assert told["commviz_ingest_probe_behind_events_total"] == 700
+    finally:
+        feed.close()
+
+
 def test_note_stop_marks_every_running_rank_in_its_own_clock(tmp_path):
     sock = tmp_path / "sock"
     sock.mkdir(mode=0o700)

@@ -29,14 +29,15 @@ class Overload:
     lag_ns: int = 0
     shedding: bool = False
     spells: int = 0  # how many times shedding began
-    lost: int = 0  # frames lost on the way so far, as last told
+    lost: int = 0  # lost on the way so far (frames, events), as last told
     lost_at: int = 0  # wall ns when that count last grew (0: never)
     why: str = ""  # while shedding, what for: "behind the job" or "frames lost"
 
     def update(self, now_ns: int, newest_ns: int, lost: int = 0) -> bool:
         """Note the lag at `now_ns` (wall clock) given the newest event's time, and
-        `lost`, the frames lost so far (shed by the inbox); returns whether to shed
-        detail from now on."""
+        `lost`, what was lost so far because the watcher was behind (frames the inbox
+        shed, events the probes left out), a count that only rises; returns whether
+        to shed detail from now on."""
         self.lag_ns = max(0, now_ns - newest_ns) if newest_ns else 0
         if lost > self.lost:
             self.lost, self.lost_at = lost, now_ns

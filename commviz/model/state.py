@@ -164,6 +164,7 @@ class RankState:
     last_op: str = ""
     last_op_end: int = 0
     dropped: int = 0
+    behind: int = 0  # of its events, those its probe left out because the watcher was behind
     internal_errors: int = 0
     trace_errors: int = 0
     gone_reason: str = ""
@@ -209,6 +210,9 @@ class Model:
         # per-event detail is shed, counts and bytes stay exact.
         self._shed = False
         self.shed_ops = 0
+        # Events the probes left out because this watcher was not taking them
+        # (Counters.behind), summed over ranks; never reset, so it only ever rises.
+        self.behind_events = 0
         # While `columns.ingest_events` runs a batch: where the order-dependent effects
         # of its per-event ends go (applied after the batch, in order).
         self._deferred = None
@@ -398,6 +402,9 @@ class Model:
             r.dropped = max(r.dropped, ev.dropped)
             r.internal_errors = max(r.internal_errors, ev.internal_errors)
             r.trace_errors = max(r.trace_errors, ev.trace_errors)
+            if ev.behind > r.behind:
+                self.behind_events += ev.behind - r.behind
+                r.behind = ev.behind
         elif isinstance(ev, Sample):
             r.sample.update(ev.values)
         elif isinstance(ev, Mark):

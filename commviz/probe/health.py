@@ -9,6 +9,7 @@ import sys
 class Health:
     def __init__(self) -> None:
         self.dropped = 0  # events lost: queue full, or no watcher to take them
+        self.behind = 0  # events left out while a connected watcher was not taking them
         self.internal_errors = 0
         self.trace_errors = 0
         self._said: set[str] = set()

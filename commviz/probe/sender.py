@@ -226,7 +226,7 @@ class Sender:
 
     def _counters(self) -> Counters:
         h = self.health
-        return Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors)
+        return Counters(time.monotonic_ns(), h.dropped, h.internal_errors, h.trace_errors, h.behind)
 
     def _emit_all(self, events: list) -> None:
         """In frames of at most MAX_BATCH events (a folded op is two, events.py)."""
@@ -266,6 +266,8 @@ class Sender:
         """`dropped` counts events that reached neither a watcher nor the trace."""
         _, n, traced = self.backlog.popleft()
         self.backlog_events -= n
+        if lost and self.connected:  # a watcher is there but not taking them: it is behind
+            self.health.behind += n
         if not traced:
             self.backlog_untraced -= n
             if lost:

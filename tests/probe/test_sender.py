@@ -182,6 +182,31 @@ def test_backlog_is_bounded_and_overflow_is_counted_exactly(monkeypatch):
     assert [e[1] for e in events(s.client) if e[0] == "OpStart"][-10:] == list(range(10, 20))
 
 
+def test_events_left_out_while_a_watcher_takes_none_say_it_is_behind(tmp_path, monkeypatch):
+    """Left out with no watcher connected: nobody is behind. Left out while one is
+    connected but takes nothing (its window full): it is behind, and its counters say
+    by how many events, traced or not (the trace keeps them, the live view lost them),
+    so it sheds detail instead of showing holed collectives."""
+    monkeypatch.setattr(sender_mod, "BACKLOG_EVENTS", 10)
+    monkeypatch.setattr(sender_mod, "COUNTERS_EVERY_S", 0.0)
+    s, q = make_sender(tmp_path)
+    emitted = spy_emit(s)
+    for i in range(20):
+        start(q, i)
+        s.flush()
+    assert s.health.behind == 0 and s.backlog_events == 10  # no watcher: ten left out, not "behind"
+    s.client.set("up")
+    s.flush()
+    s.client.set("frozen")
+    for i in range(20, 60):
+        start(q, i)
+        s.flush()
+    assert s.health.dropped == 0  # all in the trace
+    assert s.health.behind >= 40 - 10 - 4  # less what waits in the backlog and the window
+    told = [e.behind for e in emitted if type(e).__name__ == "Counters"]
+    assert told[0] == 0 and 0 < told[-1] <= s.health.behind  # (a flush tells before it trims)
+
+
 STATES = st.sampled_from(["up", "frozen", "down"])
 STEP = st.tuples(st.integers(0, 40), STATES)
 
