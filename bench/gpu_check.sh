@@ -21,7 +21,8 @@
 #     fullgraph of a funcol all_reduce under commviz
 #  2. tests/gpu: every op family on NCCL under `commviz record`
 #  3. bench/nccl_launch.py: host time the probe adds per NCCL launch, probe asserted on;
-#     bench/nccl_split.py: where that time goes (the poller's wakes, each CUDA call)
+#     bench/nccl_split.py: where that time goes (the poller's wakes, each CUDA call);
+#     bench/gpu_step.py: a DDP step's wall time with commviz on, against bare
 #  4. `commviz topo --json`, and `commviz nvml-dump` (nvml.json: commit it under
 #     tests/gpu/fixtures/ so the fake NVML replays a real machine on CI)
 # Results: $OUT/gpu_check.json (or ./gpu_check_out/ when $OUT is unset), one entry
@@ -111,6 +112,7 @@ step nccl_launch 120 $PY -m torch.distributed.run --standalone --nproc-per-node 
     --rounds 20 $DRY
 step nccl_split 120 $PY -m torch.distributed.run --standalone --nproc-per-node 1 bench/nccl_split.py \
     --rounds 10 $DRY
+step gpu_step 150 $PY -m torch.distributed.run --standalone --nproc-per-node 1 bench/gpu_step.py $DRY
 step topo 60 $PY -m commviz.cli topo --json
 [ -z "$DRY" ] && step nvml_dump 60 $PY -m commviz.cli nvml-dump --samples 3 "$OUTDIR/nvml.json"
 
