@@ -19,6 +19,18 @@ import tempfile
 import time
 
 
+def launches(all_reduce, x, calls: int, sync) -> float:
+    """Host ns per launch of `calls` back-to-back all_reduces of `x`; the device is
+    synchronized before and after, never inside."""
+    sync()
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        all_reduce(x)
+    dt = (time.perf_counter_ns() - t0) / calls
+    sync()
+    return dt
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
@@ -42,13 +54,7 @@ def main() -> None:
     sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
 
     def block() -> float:
-        sync()
-        t0 = time.perf_counter_ns()
-        for _ in range(args.calls):
-            dist.all_reduce(x)
-        dt = (time.perf_counter_ns() - t0) / args.calls
-        sync()
-        return dt
+        return launches(dist.all_reduce, x, args.calls, sync)
 
     for _ in range(3):  # warm-up: NCCL communicator, probe start, caches
         block()

@@ -16,8 +16,13 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from nccl_launch import launches  # noqa: E402
 
 
 def main() -> None:
@@ -42,13 +47,7 @@ def main() -> None:
     sync = (lambda: None) if args.dry_run else torch.cuda.synchronize
 
     def block() -> float:
-        sync()
-        t0 = time.perf_counter_ns()
-        for _ in range(args.calls):
-            dist.all_reduce(x)
-        dt = (time.perf_counter_ns() - t0) / args.calls
-        sync()
-        return dt
+        return launches(dist.all_reduce, x, args.calls, sync)
 
     side = current().cuda_side
     results: dict[str, object] = {"fact": "nccl_split", "dry_run": args.dry_run}
