@@ -7,8 +7,10 @@ bench/gpu_check.sh:
     torchrun --standalone --nproc-per-node 1 bench/gpu_step.py [--rounds 8] [--dry-run]
 
 One JSON line: per model, its collectives per step, the bare step's ms and the
-instrumented step's ratio to it (median over rounds). `--dry-run`: gloo on the CPU,
-tiny models, to rehearse the script.
+instrumented step's ratio to it (median over rounds; which block goes first
+alternates by round). No watcher listens: the probe's sends are refused at its
+socket, so this is the cost inside the job, not a watcher's. `--dry-run`: gloo on
+the CPU, tiny models, to rehearse the script.
 """
 
 from __future__ import annotations
@@ -67,10 +69,13 @@ def main() -> None:
                 block()
         first = next(current().ids)
         bare, ratio = [], []
-        for _ in range(args.rounds):
+        for k in range(args.rounds):
+            if k % 2:
+                p = block()
             with suspended():
                 b = block()
-            p = block()
+            if not k % 2:
+                p = block()
             bare.append(b)
             ratio.append(p / b)
         ops = (next(current().ids) - first - 1) / (args.rounds * args.steps)

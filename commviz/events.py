@@ -162,6 +162,8 @@ class Counters(msgspec.Struct, tag="counters", array_like=True, omit_defaults=Tr
     # events left out while a watcher was connected but not taking them (its credit
     # window full, the backlog over its bound): the watcher is behind, so it sheds
     # detail. Traced or not, unlike `dropped`; a watcher older than this field skips it.
+    # A watcher counts its rises from the first Counters it gets: what the probe left
+    # out before it connected was another watcher's loss.
     behind: I64 = 0
 
 

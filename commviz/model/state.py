@@ -164,7 +164,7 @@ class RankState:
     last_op: str = ""
     last_op_end: int = 0
     dropped: int = 0
-    behind: int = 0  # of its events, those its probe left out because the watcher was behind
+    behind: int = -1  # its probe's Counters.behind as last told (-1: not yet)
     internal_errors: int = 0
     trace_errors: int = 0
     gone_reason: str = ""
@@ -402,7 +402,11 @@ class Model:
             r.dropped = max(r.dropped, ev.dropped)
             r.internal_errors = max(r.internal_errors, ev.internal_errors)
             r.trace_errors = max(r.trace_errors, ev.trace_errors)
-            if ev.behind > r.behind:
+            if r.behind < 0 or ev.behind < r.behind:
+                # the first this watcher hears of it, or a new process: what the probe
+                # left out before is another watcher's loss, not this one's
+                r.behind = ev.behind
+            elif ev.behind > r.behind:
                 self.behind_events += ev.behind - r.behind
                 r.behind = ev.behind
         elif isinstance(ev, Sample):

@@ -41,14 +41,15 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
   oldest op: ops of one communicator complete in order, so nothing behind an
   incomplete op needs a query. Timing events are reused once read (a pool per
   device), not created twice per op.
-- `Work.is_completed()` is also true when the op failed. Whether it failed is asked of
-  the group's backend, `get_error()` (ProcessGroupNCCL), when the op is seen done and
-  every second while it is not: a blocking op has no Work to ask, and its end event
-  completes even when the watchdog aborted the communicator. `Work.exception()` is
-  asked only when the group is not known: it is deprecated (torch prints a warning on
-  the job's stderr at its first call), and on torch 2.11's NCCL its binding cannot
-  return what it holds (pybind's "Unable to convert function return value" TypeError,
-  seen on an H200 for an all_reduce that succeeded).
+- Whether an op failed: the group's backend, `get_error()` (ProcessGroupNCCL), is
+  asked once the op is seen done, and every second while it is not: a blocking op has
+  no Work to ask, and its end event completes even when the watchdog aborted the
+  communicator. Where the group reports nothing, an async op's Work is asked itself,
+  `Work.exception()`: NCCL's `isCompleted()` is true as soon as the Work holds an
+  error, before the watchdog tells the group (and its future completed at enqueue).
+  On torch 2.11's NCCL that binding cannot return at all (pybind's "Unable to convert
+  function return value" TypeError, seen on an H200 for an all_reduce that
+  succeeded): the first such answer stops the asking, and the group alone says.
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ class Pending:
 
 class Backoff:
     """Poll sleep: fine resolution for short ops, little CPU for long ones. Back to
-    fine when work arrives at an idle poller; while ops keep coming it stays coarse
-    (at most `hi` late), since every poll takes the GIL from the launching thread."""
+    fine only when work arrives at an idle poller (nothing pending): while any op is
+    pending (ops keep coming, an irecv waits, a communicator hangs) an end is seen up
+    to `hi` late, since every poll takes the GIL from the launching thread."""
 
     def __init__(self, lo: float = 5e-5, hi: float = 2e-3, factor: float = 1.5) -> None:
         self.lo, self.hi, self.factor = lo, hi, factor
@@ -190,12 +192,13 @@ def error_text(exc) -> str:
 UNCONVERTIBLE = "Unable to convert function return value"
 
 
-def work_error(work) -> str:
-    """The failure a completed Work carries, "" when it succeeded or cannot say."""
+def work_error(work) -> str | None:
+    """The failure a completed Work carries, "" when it succeeded, None when its
+    binding cannot say (it never will: see UNCONVERTIBLE)."""
     try:
         exc = work.exception()
     except TypeError as raised:
-        return "" if UNCONVERTIBLE in str(raised) else error_text(raised)
+        return None if UNCONVERTIBLE in str(raised) else error_text(raised)
     except Exception as raised:  # some bindings raise the stored exception
         return error_text(raised)
     return error_text(exc) if exc is not None else ""
@@ -433,6 +436,7 @@ class CudaPoller:
         self.last_end: dict[tuple, object] = {}  # (device, communicator) -> end event of its last op
         self.backends: dict[tuple, object] = {}  # (id(pg), device) -> backend with get_error, or None
         self._answers: dict[tuple, str] = {}  # (id(pg), device) -> what get_error said, this poll
+        self.ask_work = True  # Work.exception() can answer (not on torch 2.11's NCCL)
         self.backend_timing: bool | None = None  # Work._get_duration() answers (TORCH_NCCL_ENABLE_TIMING)
         self.backoff = Backoff()
         self._lock = threading.Lock()
@@ -535,7 +539,6 @@ class CudaPoller:
         """Each FIFO from its oldest op, up to the first one still running."""
         with self._lock:
             new, self.incoming = self.incoming, []
-        self._answers.clear()
         queues = self.queues
         for p in new:
             key = (p.dev, p.comm if p.comm is not None else ("op", p.op_id))
@@ -543,43 +546,63 @@ class CudaPoller:
             if q is None:
                 q = queues[key] = deque()
             q.append(p)
+        done = []  # (op, its queue, when seen done, error so far): this poll's, in order
         for key in list(queues):
             q = queues[key]
             while q:
                 p = q[0]
                 try:
-                    if not self._check(p, key):
+                    seen = self._seen(p)
+                    if seen is None:
                         break
+                    done.append((p, key) + seen)
                 except Exception as exc:  # e.g. an illegal address surfacing at the query
                     self.side.push(end_record(p.op_id, time.monotonic_ns(), error_text(exc), p.nbytes, -1, -1,
                                               p.enqueue_ns, False, p.first))
                 q.popleft()
             if not q:
                 del queues[key]
+        # Whether each failed is asked after all were seen done: a group's answer (one
+        # per group and poll) then postdates every completion it speaks for. A
+        # communicator the watchdog aborts mid-poll completes its ops' end events too.
+        self._answers.clear()
+        for p, key, t, err in done:
+            if not err:
+                err = self._failure(p, once=True)
+            device_ns = -1 if err else self._device_ns(p, key)
+            self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
 
-    def _check(self, p: Pending, key: tuple) -> bool:
-        """True (and the end pushed) once `p` is done."""
+    def _seen(self, p: Pending) -> tuple[int, str] | None:
+        """(when seen done, "" or why it failed) once `p` is done, else None. An op
+        whose end event has not completed asks its group every ERROR_CHECK_S: a hung
+        op on a communicator the watchdog found failed ends with that error."""
         self._use(p.dev)
-        err = ""
-        if p.work is not None:
-            if not p.work.is_completed():
-                return False
-            said = self._group_error(p) if p.pg is not None else None
-            err = said if said is not None else work_error(p.work)  # the Work only if the group cannot say
-        if not err and p.end is not None and not p.end.query():
-            if p.pg is not None and time.monotonic() >= p.check_at:
+        if p.work is not None and not p.work.is_completed():
+            return None
+        if p.end is not None and not p.end.query():
+            if p.work is not None:  # done by its Work, not by its end event: failed?
+                err = self._failure(p)
+            elif p.pg is not None and time.monotonic() >= p.check_at:
                 p.check_at = time.monotonic() + ERROR_CHECK_S
                 err = self._group_error(p) or ""
-            if not err:
-                return False
-            t = time.monotonic_ns()
-        else:
-            t = time.monotonic_ns()  # seen done now: asking the group below takes time
-            if not err and p.pg is not None and p.work is None:  # a Work's group was asked above
-                err = self._group_error(p) or ""
-        device_ns = -1 if err else self._device_ns(p, key)
-        self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
-        return True
+            else:
+                err = ""
+            return (time.monotonic_ns(), err) if err else None
+        return time.monotonic_ns(), ""
+
+    def _failure(self, p: Pending, once: bool = False) -> str:
+        """Why `p`, seen done, failed ("" if it did not): its group's backend first,
+        then its Work. NCCL's isCompleted() is also true for a Work holding an error
+        the watchdog has not yet passed to the group (and an async op's future
+        completed at enqueue, before the op ran, so it cannot say)."""
+        err = (self._group_error(p, once) or "") if p.pg is not None else ""
+        if not err and p.work is not None and self.ask_work:
+            said = work_error(p.work)
+            if said is None:  # this torch's binding cannot answer: never asked again
+                self.ask_work = False
+            else:
+                err = said
+        return err
 
     def _device_ns(self, p: Pending, key: tuple) -> int:
         """The op's own time on the device: the backend's where it has one, else from
@@ -613,9 +636,10 @@ class CudaPoller:
                 side.recycle(p.dev, prev)
         return ns
 
-    def _group_error(self, p: Pending) -> str | None:
+    def _group_error(self, p: Pending, once: bool = False) -> str | None:
         """What the group's backend says went wrong with its communicator, "" if
-        nothing, None if it cannot say."""
+        nothing, None if it cannot say. `once`: the answer already given in this poll,
+        if any (see `poll_once`)."""
         k = (id(p.pg), p.dev)
         b = self.backends.get(k, False)
         if b is False:
@@ -630,7 +654,7 @@ class CudaPoller:
             self.backends[k] = b
         if b is None:
             return None
-        said = self._answers.get(k)
+        said = self._answers.get(k) if once else None
         if said is not None:  # asked already in this poll: ops seen done together share the answer
             return said
         try:
@@ -642,5 +666,6 @@ class CudaPoller:
         said = "" if name == "SUCCESS" else (
             f"NCCL reports {name} on this group's communicator (ProcessGroupNCCL.get_error()): "
             "the op did not complete normally")
-        self._answers[k] = said
+        if once:
+            self._answers[k] = said
         return said

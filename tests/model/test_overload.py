@@ -124,3 +124,26 @@ def test_keys_whose_every_frame_was_lost_do_not_hold_the_floor_back():
     m.ingest_many(ranks, events)
     assert m.retired["0"].floor == 78 and not m.retired["0"].above
     assert m.summary()["ops"][0]["count"] == 60
+
+
+def test_a_watcher_counts_what_probes_left_out_from_its_first_word_with_them():
+    """Counters.behind is the probe's total: what it left out before this watcher
+    heard from it (for another watcher, now gone) is not this watcher's loss; a rank
+    that restarts begins again from its own first word."""
+    from commviz.events import Counters
+    from commviz.model.state import Model
+    from tests.helpers import hello
+
+    m = Model()
+    m.ingest(0, hello(0))
+    m.ingest(0, Counters(1, behind=5000))  # a probe a slow watcher made trim, before this one
+    assert m.behind_events == 0
+    m.ingest(0, Counters(2, behind=5300))
+    assert m.behind_events == 300
+    m.ingest(1, hello(1))
+    m.ingest(1, Counters(1, behind=0))
+    m.ingest(1, Counters(2, behind=40))
+    assert m.behind_events == 340
+    m.ingest(0, Counters(3, behind=10))  # rank 0's process restarted: a new total
+    m.ingest(0, Counters(4, behind=25))
+    assert m.behind_events == 355

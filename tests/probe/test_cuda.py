@@ -415,20 +415,43 @@ class UnconvertibleWork(FakeWork):
                         "(self: torch._C._distributed_c10d.Work) -> std::__exception_ptr::exception_ptr")
 
 
-def test_7_a_work_whose_exception_binding_cannot_answer_is_not_a_failed_op(probe, fc):
-    work = UnconvertibleWork(fc, 0, future=False)  # a coalesced batch's Work: no future to ask
+def test_7_a_work_whose_exception_binding_cannot_answer_is_not_a_failed_op_nor_asked_again(probe, fc):
+    UnconvertibleWork.asked = 0
+    works = [UnconvertibleWork(fc, 0, future=False) for _ in range(3)]  # coalesced batches' Works: no future
 
     def job():
+        for w in works:
+            fake_op(probe, "all_reduce", result=lambda w=w: w)(FakeTensor(0), async_op=True)
+            w.finish(1.0)
+
+    got = ops_of(probe, job)
+    assert len(got) == 3 and all(e is not None and e.error == "" for _, e in got)
+    assert UnconvertibleWork.asked == 1  # the binding cannot answer: asking again only costs
+
+
+@pytest.mark.parametrize("future", [False, True])
+def test_7_a_failed_work_is_a_failed_op_while_its_group_still_says_success(probe, fc, future):
+    """NCCL's isCompleted() is true as soon as the Work holds an error; the group's
+    get_error() says so only after the watchdog's next pass. The Work is asked."""
+    backend = FakeNcclBackend("SUCCESS")
+    work = FakeWork(fc, 0, future=future)
+
+    def job():
+        probe.ensure_started()
+        probe.cuda_side.backend_of = lambda pg, dev: backend
         fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
-        work.finish(1.0)
+        work.finish(1.0, RuntimeError("NCCL error: remote process exited or there was a network error"))
 
-    [(s, e)] = ops_of(probe, job)
-    assert e is not None and e.error == ""
+    try:
+        [(s, e)] = ops_of(probe, job)
+    finally:
+        probe.cuda_side.backend_of = None
+    assert e is not None and "remote process exited" in e.error
 
 
-def test_7_a_work_on_a_group_whose_backend_says_is_never_asked_for_its_exception(probe, fc):
-    """The group's backend (ProcessGroupNCCL.get_error) says whether the op failed, so
-    the deprecated Work.exception() is not called and prints nothing in the job."""
+def test_7_a_work_on_a_group_whose_backend_reports_an_error_is_not_asked(probe, fc):
+    """The group's backend (ProcessGroupNCCL.get_error) said the op failed: the
+    deprecated Work.exception() is not called."""
     backend = FakeNcclBackend("COMM_ERROR")
     UnconvertibleWork.asked = 0
     work = UnconvertibleWork(fc, 0, future=False)
@@ -564,15 +587,19 @@ def test_33_1_before_torch_2_11_a_coalesced_batchs_work_is_never_asked_for_its_f
 def test_33_1_from_torch_2_11_a_coalesced_async_batch_is_timed_on_the_device(probe, fc):
     """torch 2.11 sets the coalesced Work's future (seen on an H200): each op of the
     batch gets its device time from an end event recorded in its callback."""
-    from commviz.probe.cuda import coalesced_future_set
-
     probe.ensure_started()
     probe.cuda_side.coalesced_future = True
     got = _coalesced_async_batch(probe, fc, FakeWork(fc, 0))
     assert len(got) == 2 and all(e is not None and e.error == "" and e.device_ns >= 0 for _, e in got)
-    import torch
 
-    assert coalesced_future_set() == (tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 11))
+
+@pytest.mark.parametrize("version, asked", [("2.10.1", False), ("2.11.0+cu130", True), ("2.13.0+cpu", True),
+                                            ("3.0.0a0", True), ("garbage", False)])
+def test_33_1_which_torch_asks_a_coalesced_work_for_its_future(monkeypatch, version, asked):
+    from commviz.probe.cuda import coalesced_future_set
+
+    monkeypatch.setattr(torch, "__version__", version)
+    assert coalesced_future_set() is asked
 
 
 def test_33_2_the_long_op_audit_reads_on_the_ranks_gpu_not_gpu_0(probe, fc, monkeypatch):
@@ -779,6 +806,35 @@ def test_33_6_ops_seen_done_in_one_poll_ask_their_group_once(fc):
     poller.poll_once()
     assert Counting.asked == 2
     assert len(ends) == 53 and all("COMM_ERROR" in e[3] for e in ends[50:])  # (END, id, t, error, ...)
+
+
+def test_33_6_an_abort_during_a_poll_fails_the_op_whose_end_it_completed(fc):
+    """The watchdog aborts a communicator while a poll runs, which completes the end
+    event of the op on it: the group is asked after every op of the poll was seen
+    done, so that op is not given an answer taken before the abort."""
+    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
+    from commviz.probe.health import Health
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health())
+    backend = FakeNcclBackend()
+    side.backend_of = lambda pg, dev: backend
+    poller = CudaPoller(side)  # not started: driven by hand
+    fc.set_device(0)
+    pg = object()
+
+    class AbortedOnQuery:  # an end event the abort completes, as it is asked
+        def query(self):
+            backend.error = "COMM_ERROR"
+            return True
+
+    done = fc.Event()
+    done.record(fc.default[0])
+    fc.default[0].run(1.0)
+    poller.add(Pending(1, 0, None, done, None, -1, 0, ("a", -1), False, pg))
+    poller.add(Pending(2, 0, None, AbortedOnQuery(), None, -1, 0, ("b", -1), False, pg))
+    poller.poll_once()
+    assert len(ends) == 2 and "COMM_ERROR" in ends[1][3]  # (END, id, t, error, ...)
 
 
 def test_33_6_a_blocking_op_that_never_completes_reports_its_communicators_error(probe, fc):
