@@ -176,12 +176,21 @@ class SnapshotTable(DataTable):
                 row = data[key] if data is not None else None
                 for ck, col, new, cur in zip(col_keys, cols, cells, self.get_row(key)):
                     if _differs(new, cur):
-                        grow = col is not None and _cell_width(new) > col.content_width
-                        if row is None or grow:
+                        need = _cell_width(new)
+                        grow = col is not None and need > col.content_width
+                        if row is None:
                             self.update_cell(key, ck, new, update_width=grow)
                         else:
                             row[ck] = new
                             written = True
+                            if grow:
+                                # A wider column lays the whole screen out again (~86 ms
+                                # at 1,024 ranks, a dropped frame or five), and counts and
+                                # ages widen one digit at a time: room for the next two.
+                                # Widened here, not by update_cell(update_width=True),
+                                # whose measure on idle would take the room back.
+                                col.content_width = need + WIDEN_ROOM
+                                self._require_update_dimensions = True
             else:
                 self.add_row(*cells, key=key)
                 added = True
@@ -380,7 +389,7 @@ _JUSTIFIED = ("right", "left", "center", "default", None)
 def _textual_has_what_sync_needs() -> bool:
     """The shortcuts above rest on DataTable internals of Textual 8 (a dict of row
     dicts in `_data`, render caches keyed on `_update_count`, `_render_cell`'s
-    arguments, how it styles a cell); checked once, so that another Textual gets the
+    arguments, how it styles a cell, `_require_update_dimensions` read on idle); checked once, so that another Textual gets the
     public API and DataTable's own rendering instead. tests/tui/test_tables.py checks
     that what is drawn follows the data, and is what DataTable would draw."""
     import inspect
@@ -393,10 +402,11 @@ def _textual_has_what_sync_needs() -> bool:
     return (params[:7] == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"]
             and hasattr(DataTable, "_clear_caches")
             and {"_data", "_update_count", "_row_locations", "_column_locations", "_show_hover_cursor",
-                 "cursor_foreground_priority", "cursor_background_priority"} <= names
+                 "cursor_foreground_priority", "cursor_background_priority", "_require_update_dimensions"} <= names
             and all(hasattr(DataTable, a) for a in ("_get_styles_to_render_cell", "cell_padding", "fixed_rows",
                                                     "fixed_columns")))
 
 
 _FAST_SYNC = _textual_has_what_sync_needs()
+WIDEN_ROOM = 2  # cells a widening column gets beyond what its widest cell needs
 _DRAWN_CELLS_MAX = 20_000  # (place, look) keys: 128 rows × 12 columns × a few looks fit
