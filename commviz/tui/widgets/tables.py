@@ -205,17 +205,23 @@ class SnapshotTable(DataTable):
         """DataTable renders every visible cell again after any update (its cache is
         keyed on an update count); here a cell whose value object is the one last
         drawn in that place, the same way, is not rendered again. `sync` keeps the
-        objects of unchanged cells, so a tick re-renders only what changed."""
-        if row_index < 0 or column_index < 0 or not _FAST_SYNC:
+        objects of unchanged cells, so a tick re-renders only what changed. The header
+        row's cells (row -1, their column's label) too: through Rich they cost ~120 µs
+        each, and DataTable drew every table's header again at every data tick."""
+        if row_index < -1 or column_index < 0 or not _FAST_SYNC:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
-        cell = self._data[self._row_locations.get_key(row_index)][self._column_locations.get_key(column_index)]
+        col = self._column_locations.get_key(column_index)
+        if row_index < 0:
+            cell = self.columns[col].label
+        else:
+            cell = self._data[self._row_locations.get_key(row_index)][col]
         key = (row_index, column_index, base_style, width, cursor, hover, self._show_hover_cursor,
                self._pseudo_class_state)
         drawn = self._drawn_cells.get(key)
         if drawn is not None and drawn[0] is cell:
             return drawn[1]
         lines = None
-        if type(cell) is Text and self.rows[self._row_locations.get_key(row_index)].height == 1:
+        if row_index >= 0 and type(cell) is Text and self.rows[self._row_locations.get_key(row_index)].height == 1:
             lines = self._text_lines(cell, row_index, column_index, base_style, width, cursor, hover)
         if lines is None:
             lines = super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
