@@ -97,11 +97,18 @@ async def test_what_is_drawn_follows_each_sync_and_only_changed_cells_are_render
         # a column that widened kept room for two more cells: a count growing a digit
         # does not lay the screen out again (~86 ms at 1,024 ranks)
         width = t.virtual_size.width
+        assert width == sum(c.get_render_width(t) for c in t.columns.values())  # laid out anew once
+        assert drawn(t)[0].split() == ["name", "n"]  # the header, kept from before the widening
         sync([("a", 1), ("b", 12345678901), ("c", 3)])
         await pilot.pause()
         await pilot.pause()
         assert [line.split() for line in drawn(t)][1:] == [["a", "1"], ["b", "12345678901"], ["c", "3"]]
         assert t.virtual_size.width == width
+        t.sync([("a", ("a", "中文字中文字")), ("b", ("b", Text("123456789", justify="right"))),
+                ("c", ("c", Text("3", justify="right")))])  # wide characters: two cells each
+        await pilot.pause()
+        await pilot.pause()
+        assert drawn(t)[1].split() == ["a", "中文字中文字"]  # whole: its column measured in cells
         sync([("a", 1), ("b", 123456789), ("c", 3)])
         await pilot.pause()
         # the same words in another style (a hung rank's op turns bold): drawn again

@@ -9,6 +9,7 @@ column again).
 
 from __future__ import annotations
 
+from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
@@ -110,7 +111,8 @@ def pick_rank_rows(rows: list[RankRow], focus: int | None, limit: int = MAX_RANK
 
 
 def _cell_width(value) -> int:
-    return value.cell_len if isinstance(value, Text) else len(str(value))
+    """Cells on screen, as DataTable measures them (wide characters take two)."""
+    return value.cell_len if isinstance(value, Text) else cell_len(str(value))
 
 
 def _differs(new, cur) -> bool:
@@ -163,7 +165,8 @@ class SnapshotTable(DataTable):
         Changed cells that fit their column are written straight into the table's
         data and repainted once: `update_cell` repaints per call, ~6 µs each, and at
         1,024 ranks a tick changes most of 128 rows × 12 cells. A cell that widens its
-        column goes through `update_cell`, which measures it."""
+        column widens it here, with room to spare (see below); without the fast path
+        it goes through `update_cell`, which measures it."""
         want = {key for key, _ in rows}
         for key in [k for k in self.rows if k.value not in want]:
             self.remove_row(key)
@@ -403,12 +406,14 @@ def _textual_has_what_sync_needs() -> bool:
     try:
         params = list(inspect.signature(DataTable._render_cell).parameters)
         names = set(DataTable.__init__.__code__.co_names)
+        on_idle = set(DataTable._on_idle.__code__.co_names)
     except (AttributeError, ValueError, TypeError):
         return False
     return (params[:7] == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"]
             and hasattr(DataTable, "_clear_caches")
             and {"_data", "_update_count", "_row_locations", "_column_locations", "_show_hover_cursor",
-                 "cursor_foreground_priority", "cursor_background_priority", "_require_update_dimensions"} <= names
+                 "cursor_foreground_priority", "cursor_background_priority"} <= names
+            and {"_require_update_dimensions", "_update_dimensions"} <= on_idle
             and all(hasattr(DataTable, a) for a in ("_get_styles_to_render_cell", "cell_padding", "fixed_rows",
                                                     "fixed_columns")))
 
