@@ -768,12 +768,24 @@ def test_33_6_a_blocking_op_on_a_failed_communicator_ends_with_the_error(probe, 
     assert "TIMEOUT" in e2.error and "get_error" in e2.error and e2.device_ns == -1
 
 
+def hand_poller(fc, backend):
+    """A CUDA poller not started (each poll run by the test), on GPU 0, whose groups'
+    backend is `backend`; the ends it pushes collect in the list returned."""
+    from commviz.probe.cuda import CudaPoller, CudaSide
+    from commviz.probe.health import Health
+
+    ends = []
+    side = CudaSide(fc, ends.append, Health())
+    side.backend_of = lambda pg, dev: backend
+    fc.set_device(0)
+    return CudaPoller(side), side, ends
+
+
 def test_33_6_ops_seen_done_in_one_poll_ask_their_group_once(fc):
     """A launch-bound loop completes many ops per poll: one `get_error()` answers for
     all of them (each call is Python on the poller, holding the GIL the launching
     thread wants); the next poll asks again, and a failure it reports ends its ops."""
-    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
-    from commviz.probe.health import Health
+    from commviz.probe.cuda import Pending
 
     class Counting(FakeNcclBackend):
         asked = 0
@@ -782,12 +794,8 @@ def test_33_6_ops_seen_done_in_one_poll_ask_their_group_once(fc):
             Counting.asked += 1
             return super().get_error()
 
-    ends = []
-    side = CudaSide(fc, ends.append, Health())
     backend = Counting()
-    side.backend_of = lambda pg, dev: backend
-    poller = CudaPoller(side)  # not started: driven by hand
-    fc.set_device(0)
+    poller, side, ends = hand_poller(fc, backend)
     pg = object()
 
     def ops(first: int, n: int) -> None:
@@ -812,15 +820,10 @@ def test_33_6_an_abort_during_a_poll_fails_the_op_whose_end_it_completed(fc):
     """The watchdog aborts a communicator while a poll runs, which completes the end
     event of the op on it: the group is asked after every op of the poll was seen
     done, so that op is not given an answer taken before the abort."""
-    from commviz.probe.cuda import CudaPoller, CudaSide, Pending
-    from commviz.probe.health import Health
+    from commviz.probe.cuda import Pending
 
-    ends = []
-    side = CudaSide(fc, ends.append, Health())
     backend = FakeNcclBackend()
-    side.backend_of = lambda pg, dev: backend
-    poller = CudaPoller(side)  # not started: driven by hand
-    fc.set_device(0)
+    poller, side, ends = hand_poller(fc, backend)
     pg = object()
 
     class AbortedOnQuery:  # an end event the abort completes, as it is asked
