@@ -567,9 +567,15 @@ class CudaPoller:
         # communicator the watchdog aborts mid-poll completes its ops' end events too.
         self._answers.clear()
         for p, key, t, err in done:
-            if not err:
-                err = self._failure(p, once=True)
-            device_ns = -1 if err else self._device_ns(p, key)
+            device_ns = -1
+            try:
+                self._use(p.dev)  # its events are read with its device set, as they were queried
+                if not err:
+                    err = self._failure(p, once=True)
+                if not err:
+                    device_ns = self._device_ns(p, key)
+            except Exception as exc:  # its end is pushed whatever happens: the op is over
+                err = err or error_text(exc)
             self.side.push(end_record(p.op_id, t, err, p.nbytes, -1, device_ns, p.enqueue_ns, False, p.first))
 
     def _seen(self, p: Pending) -> tuple[int, str] | None:

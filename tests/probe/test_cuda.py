@@ -816,6 +816,24 @@ def test_33_6_ops_seen_done_in_one_poll_ask_their_group_once(fc):
     assert len(ends) == 53 and all("COMM_ERROR" in e[3] for e in ends[50:])  # (END, id, t, error, ...)
 
 
+def test_1_ops_on_two_gpus_done_in_one_poll_are_each_read_with_their_device_set(fc):
+    """A poll sees every op done first, then reads their times: each read happens with
+    its own GPU set, not the one the last query left (a call on the wrong device can
+    open a CUDA context there)."""
+    from commviz.probe.cuda import Pending
+
+    poller, side, ends = hand_poller(fc, FakeNcclBackend())
+    for i, dev in enumerate((2, 0)):
+        start, end = side.event(dev), side.event(dev)
+        start.record(fc.default[dev])
+        end.record(fc.default[dev])
+        poller.add(Pending(i, dev, start, end, None, -1, 0, ("g", -1)))
+        fc.default[dev].run(1.0 + i)
+    poller.poll_once()
+    assert fc.violations == []
+    assert len(ends) == 2 and all(e[3] == "" for e in ends)
+
+
 def test_33_6_an_abort_during_a_poll_fails_the_op_whose_end_it_completed(fc):
     """The watchdog aborts a communicator while a poll runs, which completes the end
     event of the op on it: the group is asked after every op of the poll was seen
