@@ -13,7 +13,7 @@ import contextlib
 import gc
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from commviz import ops as opcat
 from commviz.events import (
@@ -458,24 +458,29 @@ class Model:
         was = gc.isenabled()
         gc.disable()
         try:
-            carry = None
-            for chunk in chunks:
-                if carry is not None:
-                    chunk, carry = Chunk.joined(carry, chunk), None
-                cut = columns.tail_cut(chunk, self.groups) if type(chunk.store) is EventStore else len(chunk)
-                if cut < len(chunk):  # its last collectives, still open, go in with the next chunk
-                    chunk, carry = chunk.part(0, cut), chunk.part(cut, len(chunk))
+            for chunk in self._tails_carried(chunks):
                 columns.ingest_chunk(self, chunk)
-                if after_chunk is not None:
-                    after_chunk()
-            if carry is not None:
-                columns.ingest_chunk(self, carry)
                 if after_chunk is not None:
                     after_chunk()
         finally:
             if was:
                 gc.enable()
         self.end_of_trace(cut_off, snapshot)
+
+    def _tails_carried(self, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+        """`chunks`, each cut where the fewest collectives are half-way among its last
+        events (`columns.tail_cut`, with the groups the chunks before it made known):
+        the rest goes in with the next chunk, the last rest at the end."""
+        carry = None
+        for chunk in chunks:
+            if carry is not None:
+                chunk, carry = Chunk.joined(carry, chunk), None
+            cut = columns.tail_cut(chunk, self.groups) if type(chunk.store) is EventStore else len(chunk)
+            if cut < len(chunk):
+                chunk, carry = chunk.part(0, cut), chunk.part(cut, len(chunk))
+            yield chunk
+        if carry is not None:
+            yield carry
 
     def end_of_trace(self, cut_off: bool = False, snapshot: bool = False) -> None:
         """The trace is over: a rank that did not say goodbye did not exit cleanly

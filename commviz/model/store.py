@@ -25,6 +25,7 @@ import numpy as np
 
 from commviz import native
 from commviz.events import SCHEMA_VERSION, Batch, Counters, Event, Mark, OpEnd, OpStart, Sample, decode_batch
+from commviz.model.keys import unique
 
 # Kinds a batch may hold and still take the fast path (columns.py says why).
 START, END, QUIET, OTHER = 0, 1, 2, 3
@@ -389,6 +390,7 @@ def _renumbered(sig: np.ndarray, sigs: list, table: dict) -> np.ndarray:
     sig[s] = lut[codes]
     return sig
 
+
 class _JoinedFrames:
     """A joined chunk's frames (`Chunk.joined`): first the carried tail's, each as
     (the frames it lies among, its index there), made only if asked for; then the
@@ -470,7 +472,7 @@ class Chunk:
         none of them (a frame read again from the trace costs a read)."""
         sa, sb = a.store, b.store
         src = sa.src[a.at]
-        used, inv = np.unique(src, return_inverse=True)
+        used, inv = unique(src, inverse=True)
         refs = [_frame_ref(sa.frames, k) for k in used.tolist()]
         n = len(refs)
         places = [np.concatenate([inv.astype(np.int64), sb.src + n])]

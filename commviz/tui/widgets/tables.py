@@ -398,8 +398,9 @@ _JUSTIFIED = ("right", "left", "center", "default", None)
 def _textual_has_what_sync_needs() -> bool:
     """The shortcuts above rest on DataTable internals of Textual 8 (a dict of row
     dicts in `_data`, render caches keyed on `_update_count`, `_render_cell`'s
-    arguments, how it styles a cell, `_require_update_dimensions` read on idle); checked once, so that another Textual gets the
-    public API and DataTable's own rendering instead. tests/tui/test_tables.py checks
+    arguments, how it styles a cell, `_require_update_dimensions` read on idle);
+    checked once, so that another Textual gets the public API and DataTable's own
+    rendering instead. tests/tui/test_tables.py checks
     that what is drawn follows the data, and is what DataTable would draw."""
     import inspect
 
