@@ -18,7 +18,7 @@
 #  0. environment: torch, CUDA, NCCL, GPU, which compiled parts loaded
 #  1. facts, one process each (bench/gpu_facts.py): a future on a coalesced Work;
 #     a fresh thread's device when the flight recorder is dumped; torch.compile
-#     fullgraph of a funcol all_reduce under commviz
+#     fullgraph of a funcol all_reduce under commviz; a completed Work's result future
 #  2. tests/gpu: every op family on NCCL under `commviz record`
 #  3. bench/nccl_launch.py: host time the probe adds per NCCL launch, probe asserted on;
 #     bench/nccl_split.py: where that time goes (the poller's wakes, each CUDA call);
@@ -100,7 +100,7 @@ for mod in ("msgspec", "zmq"):
         info[mod] = f"missing: {exc}"
 print(json.dumps(info))
 PYEOF
-for fact in coalesced_future dump_thread_device compile_funcol; do
+for fact in coalesced_future dump_thread_device compile_funcol work_result; do
     step "fact_$fact" 120 $PY bench/gpu_facts.py "$fact" $DRY
 done
 if [ -z "$DRY" ]; then

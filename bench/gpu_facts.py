@@ -12,6 +12,9 @@ Facts:
                     commviz: the plain result, one event for the compiled call
   dump_thread_device  the current device of a fresh thread, and of commviz's
                     long-op audit thread, when the flight recorder is dumped
+  work_result       what `get_future_result()` of a completed async NCCL op holds,
+                    and how long until the watchdog completes it (the probe asks it
+                    instead of the deprecated `exception()`)
 """
 
 from __future__ import annotations
@@ -111,8 +114,35 @@ def dump_thread_device(dry: bool) -> dict:
     return seen
 
 
+def work_result(dry: bool) -> dict:
+    import time
+
+    import torch
+
+    dist, dev = world(dry)
+    w = dist.all_reduce(torch.ones(1024, device=dev), async_op=True)
+    w.wait()
+    if not dry:
+        torch.cuda.synchronize()
+    out = {"completed": bool(w.is_completed())}
+    try:
+        fut = w.get_future_result()
+    except Exception as exc:  # noqa: BLE001 - gloo: not implemented
+        out["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        out["ok"] = True
+        return out
+    out["done_at_once"] = bool(fut.done())
+    t0 = time.monotonic()
+    while not fut.done() and time.monotonic() - t0 < 5:
+        time.sleep(0.005)
+    out["done_after_s"] = round(time.monotonic() - t0, 3)
+    out["value"] = int(fut.value()) if fut.done() else None
+    out["ok"] = True
+    return out
+
+
 FACTS = {"coalesced_future": coalesced_future, "compile_funcol": compile_funcol,
-         "dump_thread_device": dump_thread_device}
+         "dump_thread_device": dump_thread_device, "work_result": work_result}
 
 
 def main() -> None:

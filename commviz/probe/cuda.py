@@ -44,12 +44,15 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
 - Whether an op failed: the group's backend, `get_error()` (ProcessGroupNCCL), is
   asked once the op is seen done, and every second while it is not: a blocking op has
   no Work to ask, and its end event completes even when the watchdog aborted the
-  communicator. Where the group reports nothing, an async op's Work is asked itself,
-  `Work.exception()`: NCCL's `isCompleted()` is true as soon as the Work holds an
-  error, before the watchdog tells the group (and its future completed at enqueue).
-  On torch 2.11's NCCL that binding cannot return at all (pybind's "Unable to convert
-  function return value" TypeError, seen on an H200 for an all_reduce that
-  succeeded): the first such answer stops the asking, and the group alone says.
+  communicator. Where the group reports nothing, an async op's Work is asked itself:
+  NCCL's `isCompleted()` is true as soon as the Work holds an error, before the
+  watchdog tells the group (and its future completed at enqueue). It is asked through
+  `get_future_result()`, which isCompleted() completes with COMM_ERROR when it finds
+  the error. `Work.exception()` is asked only for a failure's words, or of a Work with
+  no result future: torch deprecates it with a warning printed on the job's stderr, and
+  on torch 2.11's NCCL it cannot return at all (pybind's "Unable to convert function
+  return value" TypeError, seen on an H200 for an all_reduce that succeeded), so the
+  first such answer stops the asking.
 """
 
 from __future__ import annotations
@@ -190,6 +193,29 @@ def error_text(exc) -> str:
 # pybind's words when a binding's C++ result has no Python type: the binding failed,
 # not the op (torch 2.11's NCCL Work.exception(), returning a std::exception_ptr)
 UNCONVERTIBLE = "Unable to convert function return value"
+
+
+# c10d's WorkResult, what `Work.get_future_result()` completes with. NCCL's Work
+# completes it with COMM_ERROR from isCompleted() itself, the moment it finds the error
+# (SUCCESS only at the watchdog's next pass); gloo and Python Works raise "not implemented".
+WORK_RESULTS = {0: "SUCCESS", 1: "TIMEOUT", 2: "COMM_ERROR", 100: "UNKNOWN"}
+
+
+def work_result(work) -> str | None:
+    """The WorkResult a Work's result future holds: "" while it holds none yet, None
+    when the Work has no such future. Asked instead of `exception()`, which torch
+    deprecates with a warning printed on the job's stderr at its first call."""
+    try:
+        fut = work.get_future_result()
+    except Exception:  # noqa: BLE001 - "not implemented": this Work cannot say this way
+        return None
+    if not fut.done():
+        return ""
+    try:
+        value = int(fut.value())
+    except Exception as exc:  # noqa: BLE001 - a future completed with an error
+        return error_text(exc)
+    return WORK_RESULTS.get(value, f"WorkResult {value}")
 
 
 def work_error(work) -> str | None:
@@ -437,6 +463,7 @@ class CudaPoller:
         self.backends: dict[tuple, object] = {}  # (id(pg), device) -> backend with get_error, or None
         self._answers: dict[tuple, str] = {}  # (id(pg), device) -> what get_error said, this poll
         self.ask_work = True  # Work.exception() can answer (not on torch 2.11's NCCL)
+        self._no_result: set[type] = set()  # Work types whose get_future_result() is not implemented
         self.backend_timing: bool | None = None  # Work._get_duration() answers (TORCH_NCCL_ENABLE_TIMING)
         self.backoff = Backoff()
         self._lock = threading.Lock()
@@ -602,13 +629,33 @@ class CudaPoller:
         the watchdog has not yet passed to the group (and an async op's future
         completed at enqueue, before the op ran, so it cannot say)."""
         err = (self._group_error(p, once) or "") if p.pg is not None else ""
-        if not err and p.work is not None and self.ask_work:
-            said = work_error(p.work)
-            if said is None:  # this torch's binding cannot answer: never asked again
-                self.ask_work = False
-            else:
-                err = said
+        if not err and p.work is not None:
+            err = self._work_failure(p.work)
         return err
+
+    def _work_failure(self, work) -> str:
+        """Why a completed Work failed ("" if it did not). Its result future first:
+        `exception()` prints torch's deprecation warning in the job, so it is asked
+        only of a Work with no result future, or for the words of a failure."""
+        kind = type(work)
+        said = work_result(work) if kind not in self._no_result else None
+        if said is None:
+            self._no_result.add(kind)
+        elif said in ("", "SUCCESS"):
+            return ""
+        words = self._work_exception(work)
+        if said is None:
+            return words
+        return words or f"the Work completed with {said}"
+
+    def _work_exception(self, work) -> str:
+        if not self.ask_work:
+            return ""
+        said = work_error(work)
+        if said is None:  # this torch's binding cannot answer: never asked again
+            self.ask_work = False
+            return ""
+        return said
 
     def _device_ns(self, p: Pending, key: tuple) -> int:
         """The op's own time on the device: the backend's where it has one, else from

@@ -21,11 +21,17 @@ HOST_TIMED = {"barrier", "broadcast_object_list"}
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def ran(tmp_path_factory):
     d = tmp_path_factory.mktemp("gpu")
     out, expect = d / "nccl.cvz", d / "expected.json"
     p = run(commviz("record", "-o", str(out), "--", *torchrun(1, JOB, "--expect", str(expect))), timeout=240)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    return p, out, expect
+
+
+@pytest.fixture(scope="module")
+def job(ran):
+    p, out, expect = ran
     s = run(commviz("summary", str(out), "--json"))
     assert s.returncode == 0, s.stderr
     events = [e for b in load(out).batches for e in b.events]
@@ -106,6 +112,13 @@ def test_the_probe_never_synchronizes_the_device(job):
     expected, _, _ = job
     ours = [w for w in expected["sync_warnings"] if os.sep + "commviz" + os.sep in w["file"]]
     assert ours == [], ours
+
+
+def test_the_probe_makes_torch_print_nothing_in_the_job(ran):
+    """Work.exception() prints torch's deprecation warning at its first call; the
+    probe asks a Work's result future instead (async ops are in the job)."""
+    p, _, _ = ran
+    assert "Work::exception API is being deprecated" not in p.stdout + p.stderr
 
 
 def test_the_rank_names_its_gpu_without_set_device(job):

@@ -21,6 +21,10 @@ ProcessGroupNCCL.cpp):
 - A Work on a device: `is_completed()` queries (needs the device), is also true when
   it failed, `exception()` says how; its future's callback runs at once on the
   calling thread with a stream that waits for the work (torch's invokeCallback).
+  Made with `result=True` it has NCCL's result future (`get_future_result()`, torch
+  2.6+): isCompleted() completes it with COMM_ERROR when it finds the error, and only
+  the watchdog's pass (`watchdog_pass()`) completes it with SUCCESS. Without, the
+  base Work's binding raises "not implemented", as gloo's does.
 """
 
 from __future__ import annotations
@@ -276,6 +280,26 @@ class FakeFuture:
             cb(self)
 
 
+class ResultFuture:
+    """A Work's result future (c10d WorkResult values): complete once, first word wins."""
+
+    SUCCESS, TIMEOUT, COMM_ERROR = 0, 1, 2
+
+    def __init__(self) -> None:
+        self._value = None
+
+    def complete(self, value: int) -> None:
+        if self._value is None:
+            self._value = value
+
+    def done(self) -> bool:
+        return self._value is not None
+
+    def value(self) -> int:
+        assert self._value is not None, "value() of an incomplete future blocks"
+        return self._value
+
+
 def _work_base():
     import torch.distributed as dist
 
@@ -286,7 +310,7 @@ class FakeWork(_work_base()):
     """A torch Work (a Python subclass, as custom backends make): torch's C++ wait()
     on it calls the `wait` below."""
 
-    def __init__(self, cuda: FakeCuda, dev: int, future: bool = True) -> None:
+    def __init__(self, cuda: FakeCuda, dev: int, future: bool = True, result: bool = False) -> None:
         super().__init__()
         self.cuda = cuda
         self.dev = dev
@@ -294,6 +318,8 @@ class FakeWork(_work_base()):
         self.done_at_ms = None
         self.exc = None
         self.future = future
+        self.result = ResultFuture() if result else None
+        self.exception_asked = 0
         self.waited_on: list[str] = []
 
     def finish(self, at_ms: float, exc: BaseException | None = None) -> None:
@@ -305,9 +331,21 @@ class FakeWork(_work_base()):
         self.cuda.queried.set()
         self.cuda.need(self.dev, "WorkNCCL::isCompleted (cudaEventQuery)")
         self.cuda.query_landed()
+        if self.exc is not None and self.result is not None:
+            self.result.complete(ResultFuture.COMM_ERROR)  # checkAndSetException
         return self.done or self.exc is not None
 
+    def watchdog_pass(self) -> None:
+        if self.result is not None and self.done:
+            self.result.complete(ResultFuture.SUCCESS)
+
+    def get_future_result(self):
+        if self.result is None:
+            return super().get_future_result()  # torch's: "not implemented"
+        return self.result
+
     def exception(self):
+        self.exception_asked += 1  # torch prints its deprecation warning at the first
         return self.exc
 
     def get_future(self):
