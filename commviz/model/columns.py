@@ -97,6 +97,8 @@ def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: 
     second half where the fewest collectives are half-way (begun before it, ended
     after it); returns how many were ingested, the caller keeps the rest and hands
     them on first next time. Without it (or if there is no better point), all."""
+    if model.shed and model.pending:
+        model.count_idle_pending()
     if len(events) < MIN_BATCH or model.keep_ops or model.deferring:
         _one_by_one(model, ranks.tolist() if isinstance(ranks, np.ndarray) else ranks, events)
         return len(events)
@@ -236,6 +238,9 @@ def _plan(model: Model, c: Chunk):
         return None
     sigs = _signatures(model, c.sigs)
     r = _rank_floors(model, x)
+    cut = _span_cut(x, r)
+    if cut is not None:
+        return cut
     m = _match_ends(x, sigs, r)
     inst = _instances(x, sigs)
     if inst is None:
@@ -366,6 +371,19 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
     return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok)
+
+
+def _span_cut(x: _Cols, r: _Ranks) -> int | None:
+    """Where to cut a batch in which a rank's ids span `SeenIds.SPAN` or more (most of
+    its frames lost on the way: behind a flood, each batch holds a few of a rank's
+    frames from far apart): just before its first start that far above its lowest, so
+    the part before goes fast and the rest is planned again. Such a rank cannot go
+    fast (`_rank_floors`), and every instance it is in goes one event at a time with
+    it. None where no rank needs a cut."""
+    far = x.s_id - r.ids[r.first][r.s_ri] >= SeenIds.SPAN
+    if not far.any():
+        return None
+    return int(x.sp[far].min())  # > 0: the rank's lowest start lies before it
 
 
 def _floors(model: Model, ur: np.ndarray) -> tuple:

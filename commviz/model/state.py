@@ -292,6 +292,20 @@ class Model:
             reached = min((self.ranks[m].seqs.get(gid, -1) if m in self.ranks else -1 for m in g.ranks), default=-1)
             self._retired_of(gid).raise_floor(min(reached, low[gid] - 1) if gid in low else reached)
 
+    def count_idle_pending(self) -> int:
+        """While shedding: count every open instance nobody is inside (each member
+        present has left), as a batch counts a holed one where its last member present
+        leaves. Left open, the per-event path holds one until every member has come,
+        and a batch whose instances are held open cannot go in bulk: behind producers
+        that lose most of their frames, every later batch then went one event at a
+        time, each leaving more open (bench/ingest.py flat out: ~85k events/s)."""
+        idle = [inst for inst in self.pending.values() if inst.starts.keys() <= inst.ended]
+        for inst in idle:
+            self._fold(inst, completed=False)
+        if idle:
+            self._raise_floors({inst.group for inst in idle})
+        return len(idle)
+
     def counted(self, group: str, seq: int) -> bool:
         """A collective instance counted while shedding and no longer open: a member
         that comes to it now counts for its own rank only."""
@@ -620,7 +634,7 @@ class Model:
     def _credit(self, args: tuple, kwargs: dict) -> None:
         if self._shed:  # an estimate, as the batch path makes it: one end in k, weighing k
             k = SHED_FLOW_SAMPLE
-            if not len(self.traffic.drawn(1)):
+            if not self.traffic.drawn_one():
                 return
             rank, op, nbytes, t0, t1 = args
             args, kwargs = (rank, op, nbytes * k, t0, t1), {**kwargs, "weight": float(k)}

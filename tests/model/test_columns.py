@@ -355,6 +355,19 @@ def test_op_ids_further_apart_than_the_seen_window_go_the_per_event_way(monkeypa
     assert one.duplicates == many.duplicates == 1
 
 
+def test_a_rank_whose_ids_span_more_than_the_seen_window_is_cut_not_sent_the_per_event_way(monkeypatch):
+    """Behind a flood a batch holds a few of each rank's frames from far apart, its ids
+    spanning more than SeenIds.SPAN: such a rank cannot go fast, and with it every
+    collective it is in. The batch is cut where the span would pass the window and
+    each part goes fast, leaving the state one event at a time leaves."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    trace = _lossy_run(ranks=4, steps=3000, per_frame=20, lose=0.0, seed=5)
+    trace = [(r, ev) for r, ev in trace if not isinstance(ev, (OpStart, OpEnd)) or ev.id % 100 < 20]  # frames lost
+    _, many, taken = _one_and_many(monkeypatch, trace)
+    assert len(taken) >= 3  # cut at least twice
+    assert sum(taken) > 0.9 * len(trace)
+
+
 def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
     """A gap in a rank's op ids (its frame lost) used to send every op of that rank in
     the batch, and so every collective it belongs to, the per-event way."""
@@ -526,6 +539,38 @@ def test_a_late_member_of_an_instance_counted_while_shedding_counts_for_its_rank
             assert m.summary()["ops"][0]["count"] == 50 and not m.pending
             assert m.ranks[2].ops_done == 50 and m.ranks[2].bytes_done == 50 * 64 and m.ranks[2].seqs["0"] == 49
         assert _counts(many) == _counts(one)
+
+
+def test_while_shedding_instances_held_open_one_event_at_a_time_do_not_keep_batches_slow(monkeypatch):
+    """Instances the per-event path left open, nobody inside (ranks 0 and 1 came, 2 and
+    3 not yet), made every batch holding their other members go one event at a time,
+    each leaving more open: behind producers that lose most frames, the watcher fell
+    to ~85k events/s. While shedding, a batch first counts those instances, as it
+    counts a holed one of its own; the late members then count for their ranks only."""
+    monkeypatch.setattr(columns, "MIN_BATCH", 8)
+    hello = [(r, ev) for r in range(4) for ev in (Hello(r, r, 4, "h", 1 + r, "gloo", "cpu", "2", "0", "j", 0, 10**18),
+                                                   GroupDef("0", [0, 1, 2, 3], "gloo"))]
+
+    def ops(r: int, lo: int, hi: int) -> list:
+        return [(r, ev) for i in range(lo, hi)
+                for ev in (OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900))]
+
+    early, late = ops(0, 0, 200) + ops(1, 0, 200), ops(2, 0, 200) + ops(3, 0, 200)
+    one, many = Model(), Model()
+    for m in (one, many):
+        m.ingest_many([r for r, _ in hello], [ev for _, ev in hello])
+        m.shed = True
+        for r, ev in early:  # a batch that went one event at a time
+            m.ingest(r, ev)
+        assert len(m.pending) == 200
+    for r, ev in late:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    many.ingest_many([r for r, _ in late], [ev for _, ev in late])
+    assert sum(taken) == len(late)
+    for m in (one, many):
+        assert m.summary()["ops"][0]["count"] == 200 and not m.pending
+    assert _counts(many) == _counts(one)
 
 
 def test_outside_a_spell_nothing_is_counted_early(monkeypatch):
