@@ -16,6 +16,7 @@ from typing import Callable
 # measured on a batch of 4,096 ops: ~260 bytes each, against ~35 on the wire.
 EVENT_BYTES = 256
 WIRE_BYTES = 48  # an op's start or end on the wire is 30-45 bytes: a frame holds at least len/48 events
+FULL_ROOM = 64 * 1024  # less room than this: `full` (a frame of 128 ops costs ~40 KB queued)
 
 
 def cost(payload: bytes, n_events: int) -> int:
@@ -43,6 +44,11 @@ class Inbox:
         needed to catch up). A frame that would have just fit may go with the rest."""
         queued = self._in - self._out
         return bool(queued) and queued + cost(payload, len(payload) // WIRE_BYTES) > self.max_bytes
+
+    def full(self) -> bool:
+        """Whether the queue has no room left for a frame of the usual size (FULL_ROOM)."""
+        queued = self._in - self._out
+        return bool(queued) and queued + FULL_ROOM > self.max_bytes
 
     def put(self, item: tuple, size: int) -> bool:
         """Queue one decoded frame; False (and nothing kept) when it would not fit."""

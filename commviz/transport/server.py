@@ -55,6 +55,12 @@ FLOOD_FRAMES_PER_S = 2000
 # Each rank holds two connections at most (sender, flight); far more is not a job.
 MAX_PEERS = 16384
 PEER_IDLE_S = 60.0
+# While the inbox is full the socket is read only this often: what comes then is
+# shed (and counted per peer), and in between zmq stops reading the connections, so
+# the frames a flood brings wait or are refused at their senders, who count them,
+# instead of costing the watcher a read each only to be shed. (bench/ingest.py flat
+# out at 1,024 ranks: two frames in three read were shed, a third of the watcher's CPU.)
+FULL_PAUSE_S = 0.05
 ROUND = 4096  # frames read per turn before the clock is read again
 ROUND_BYTES = 4 * 1024 * 1024  # ...or fewer: a round of the largest frames stays small
 BATCH_HEAD = 0x93  # every valid frame is a 3-element msgpack array (schema, rank, events)
@@ -112,6 +118,7 @@ class Server:
         self.rejected = Tally(max_peers)  # bad frames, per peer
         self.shed = Tally(max_peers)  # valid frames not ingested (over the rate, queue full), per peer
         self.behind_frames = 0  # of those, the frames the inbox had no room for: the model is behind
+        self.paused = 0  # times reading waited for room in the inbox (FULL_PAUSE_S): frames wait or are refused
         self.peers: dict[bytes, float] = {}  # identity -> when last heard (monotonic s)
         self.flood_limit = flood_frames_per_s
         self.max_peers = max_peers
@@ -220,12 +227,21 @@ class Server:
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         dirty = False  # something was turned away since memory was last handed back
+        read_at = 0.0  # when the socket was last read
         while not self._stop.is_set():
             try:
+                wait = FULL_PAUSE_S - (time.monotonic() - read_at) if self._inbox.full() else 0.0
+                if wait > 0:  # not woken per frame the model takes: that cost a syscall or two each
+                    self.paused += 1
+                    if self._acks:
+                        self._send_acks()
+                    self._stop.wait(wait)
+                    continue
                 ready = dict(poller.poll(100))
                 if self._wake_r in ready:
                     self._woken()
                 if self._sock in ready:
+                    read_at = time.monotonic()
                     dirty |= self._drain()
                 if self._acks:
                     self._send_acks()
