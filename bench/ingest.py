@@ -17,6 +17,7 @@ import multiprocessing as mp
 import os
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -73,6 +74,22 @@ def producer(addr: str, ranks: list[int], world: int, seconds: float, rate: floa
         c.close()
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of this process, by its Python name
+    where it is a Python thread (zmq's io thread is not: "other")."""
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            f = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        name = names.get(int(tid), "other")
+        out[name] = out.get(name, 0.0) + (int(f[11]) + int(f[12])) / tick
+    return out
+
+
 def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
     from commviz.watcher import LiveFeed
 
@@ -92,11 +109,13 @@ def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
         time.sleep(0.05)
     t0 = time.monotonic()
     cpu0 = time.process_time()
+    threads0 = thread_cpu()
     go.set()
     time.sleep(seconds)
     with feed.lock:
         got = feed.model.events - base
         lag_s = (time.time_ns() - feed.model.last_t) / 1e9
+    threads = {k: v - threads0.get(k, 0.0) for k, v in thread_cpu().items()}
     shed = feed.server.shed_frames
     dt = time.monotonic() - t0
     cpu = time.process_time() - cpu0
@@ -108,7 +127,7 @@ def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
         p.join()
     feed.close()
     return {"ingested": got, "seconds": dt, "cpu": cpu, "sent": sent, "dropped": dropped, "lag_s": lag_s,
-            "shed_frames": shed}
+            "shed_frames": shed, "threads": threads}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sent {r['sent']} events, dropped at the client {r['dropped']}, frames shed by the server "
           f"{r['shed_frames']} (both: the watcher fell behind)")
     print(f"watcher cpu {r['cpu']:.1f} s in {r['seconds']:.1f} s: {r['ingested'] / max(r['cpu'], 1e-9):,.0f} events per cpu-second")
+    print("  by thread: " + ", ".join(f"{k} {v:.2f} s" for k, v in sorted(r["threads"].items(), key=lambda kv: -kv[1])
+                                      if v >= 0.05))
     print(f"{a.ranks} ranks: {r['ingested'] / r['seconds']:,.0f} events/s ingested, lag {r['lag_s']:.2f} s")
     return 0
 
