@@ -60,6 +60,10 @@ if TYPE_CHECKING:
 MIN_BATCH = 256  # below this the per-event path is as quick
 TAIL = 8192  # events at a trace chunk's end where `tail_cut` looks for a cut
 SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail costs more than it saves
+# Cuts for ranks whose ids span too far (`_span_cut`) per batch: behind a flood a
+# few; one per start only from a rank far from itself every time, which planning the
+# rest again after each would make quadratic.
+MAX_SPAN_CUTS = 16
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
 ID_BITS = 40  # (rank, op id) and (group, seq) packed into one int64 key
 ID_MAX = 1 << ID_BITS
@@ -206,22 +210,30 @@ def _chunk_one_by_one(model: Model, c: Chunk) -> None:
         ingest(r, ev)
 
 
-def _batch(model: Model, c: Chunk) -> None:
+def _batch(model: Model, c: Chunk, span_cuts: list | None = None) -> None:
+    # the span cuts left to this batch, its parts included: the rest is planned again
+    # after each, so at most MAX_SPAN_CUTS
+    span_cuts = [MAX_SPAN_CUTS] if span_cuts is None else span_cuts
     while len(c):
         if len(c) < MIN_BATCH:
             _chunk_one_by_one(model, c)
             return
-        plan = _plan(model, c)
+        plan = _plan(model, c, span_cuts[0] > 0)
+        if type(plan) is _SpanCut:
+            span_cuts[0] -= 1
         if plan is None:
             _chunk_one_by_one(model, c)
             return
-        if type(plan) is not int:
+        if not isinstance(plan, int):
             _apply(model, c, plan)
             model.sweep_if_due()  # where the batch ends on a check, as the per-event path would
             return
+        if not 0 < plan < len(c):  # a cut that would not shorten the batch: never loop on it
+            _chunk_one_by_one(model, c)
+            return
         # The per-event path may sweep just before event `plan`: the events before it
         # go in bulk, the model checks, and the rest follow.
-        _batch(model, c.part(0, plan))
+        _batch(model, c.part(0, plan), span_cuts)
         c = c.part(plan, len(c))
 
 
@@ -229,18 +241,23 @@ class _Plan:
     """What the fast instances of a batch do, in columns."""
 
 
-def _plan(model: Model, c: Chunk):
+class _SpanCut(int):
+    """A cut `_span_cut` asked for (an int, as a sweep's cut is)."""
+
+
+def _plan(model: Model, c: Chunk, span_cuts: bool = True):
     """The fast instances of `c` and what they do; None where the batch is better
     taken one event at a time; a position where the batch must stop for a sweep the
-    per-event path may run just before it (`_sweep_point`)."""
+    per-event path may run just before it (`_sweep_point`), or where a rank's ids
+    would span too far to go fast (`_span_cut`, if `span_cuts`)."""
     x = _columns(c)
     if x is None:
         return None
     sigs = _signatures(model, c.sigs)
     r = _rank_floors(model, x)
-    cut = _span_cut(x, r)
+    cut = _span_cut(x, r) if span_cuts else None
     if cut is not None:
-        return cut
+        return _SpanCut(cut)
     m = _match_ends(x, sigs, r)
     inst = _instances(x, sigs)
     if inst is None:
@@ -380,10 +397,14 @@ def _span_cut(x: _Cols, r: _Ranks) -> int | None:
     the part before goes fast and the rest is planned again. Such a rank cannot go
     fast (`_rank_floors`), and every instance it is in goes one event at a time with
     it. None where no rank needs a cut."""
-    far = x.s_id - r.ids[r.first][r.s_ri] >= SeenIds.SPAN
+    # (from each rank's first start in the batch's order, which is never far: the cut
+    # is past it, so each part is shorter; ids that go down that far are cut too)
+    first_at = np.full(len(r.ur), len(x.s_id))
+    np.minimum.at(first_at, r.s_ri, np.arange(len(x.s_id)))
+    far = np.abs(x.s_id - x.s_id[first_at][r.s_ri]) >= SeenIds.SPAN
     if not far.any():
         return None
-    return int(x.sp[far].min())  # > 0: the rank's lowest start lies before it
+    return int(x.sp[far].min())
 
 
 def _floors(model: Model, ur: np.ndarray) -> tuple:

@@ -4,7 +4,9 @@ The reader thread decodes and validates frames and never waits for the model's l
 it puts good batches here, and one ingest thread hands them to the model in order.
 When the model falls behind by more than `max_bytes`, new frames are shed (and the
 reader counts them per peer) instead of piling up, so a flood of valid frames costs
-bounded memory however many peers send it."""
+bounded memory however many peers send it; and while it is `full` the reader reads
+only now and then (server.FULL_PAUSE_S), so most of such a flood waits at its senders
+instead of being read only to be shed."""
 
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ kernel pushes back on the sender); at most MAX_CONNECTIONS connections are open
 (conns.py, refused by the ZAP handler past that); and decoded frames wait for the
 model in one queue sized in bytes across all peers (inbox.py). The reader thread
 never takes the model's lock, so bad frames are turned away as fast as zmq hands them
-over, and a flood drains instead of queueing."""
+over, and a flood drains instead of queueing — except while that queue is full: then
+the socket is read only every FULL_PAUSE_S, and meanwhile the flood waits in zmq
+(RCVHWM a connection) or at its senders, who count what they cannot send."""
 
 from __future__ import annotations
 

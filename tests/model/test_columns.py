@@ -368,6 +368,41 @@ def test_a_rank_whose_ids_span_more_than_the_seen_window_is_cut_not_sent_the_per
     assert sum(taken) > 0.9 * len(trace)
 
 
+def test_a_rank_whose_ids_go_down_further_than_the_seen_window_is_taken_and_the_batch_ends(monkeypatch):
+    """Two processes claiming one rank (an old one's late frames among a restarted
+    one's): its ids go down by more than the window. The cut must still shorten the
+    batch (it once cut at 0 and planned the same batch forever)."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    trace = [(r, ev) for r in range(2) for ev in (hello(r), group())]
+    for i in range(5000, 5300):
+        trace += [(r, ev) for r in range(2) for ev in op(i, 1000 * i + r, 1000 * i + 500, seq=i - 5000)]
+    trace += [(0, ev) for ev in op(3, 6_000_000, 6_000_500, seq=300)]
+    _one_and_many(monkeypatch, trace)
+
+
+def test_a_rank_far_from_itself_at_every_start_is_not_planned_once_a_start(monkeypatch):
+    """Ids SPAN apart at every start: each cut would take one op. Planning again the
+    rest after each was quadratic in the batch (16,000 events took 6 s): a batch
+    makes at most MAX_SPAN_CUTS."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    cuts = []
+    real = columns._span_cut
+
+    def spy(x, r):
+        cut = real(x, r)
+        if cut is not None:
+            cuts.append(cut)
+        return cut
+
+    monkeypatch.setattr(columns, "_span_cut", spy)
+    trace = [(r, ev) for r in range(2) for ev in (hello(r), group())]
+    for i in range(2000):
+        trace += [(r, ev) for r in range(2) for ev in op(1000 * i, 1000 * i + r, 1000 * i + 500, seq=i)]
+    _one_and_many(monkeypatch, trace)
+    batches = -(-(len(trace) - 4) // columns.MAX_BATCH)
+    assert len(cuts) == batches * columns.MAX_SPAN_CUTS  # each one plans the rest again
+
+
 def test_a_lost_frame_costs_only_its_own_instances_the_fast_path(monkeypatch):
     """A gap in a rank's op ids (its frame lost) used to send every op of that rank in
     the batch, and so every collective it belongs to, the per-event way."""
