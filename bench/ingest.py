@@ -3,7 +3,7 @@ through the real client (transport/client.py) to the real server and model
 (watcher.LiveFeed), as fast as they can or at `--rate`. Every event carries the
 sender's clock at the moment it was sent, so the watcher's lag is real.
 
-    python bench/ingest.py --ranks 64 [--seconds 10] [--procs 2] [--rate 0]
+    python bench/ingest.py --ranks 64 [--seconds 10] [--procs 2] [--rate 0] [--record TRACE]
 
 Prints what was sent, dropped at the client (zmq queue full) or shed by the
 server (its inbox full: the watcher fell behind), ingested, and — last line, the figure — ingested events/s and the lag
@@ -90,11 +90,11 @@ def thread_cpu() -> dict[str, float]:
     return out
 
 
-def run(ranks: int, seconds: float, procs: int, rate: float) -> dict:
+def run(ranks: int, seconds: float, procs: int, rate: float, record: str | None = None) -> dict:
     from commviz.watcher import LiveFeed
 
     addr = f"ipc://{tempfile.mkdtemp(prefix='cvz-ingest-')}/w.sock"
-    feed = LiveFeed(addr).start()
+    feed = LiveFeed(addr, record_to=record).start()
     ctx = mp.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
     parts = [list(range(ranks))[i::procs] for i in range(procs)]
@@ -136,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--procs", type=int, default=2, help="producer processes")
     ap.add_argument("--rate", type=float, default=0.0, help="events/s all ranks together (0: as fast as they can)")
+    ap.add_argument("--record", metavar="TRACE", help="also record what the watcher took (bench/flood_replay.py)")
     a = ap.parse_args(argv)
-    r = run(a.ranks, a.seconds, a.procs, a.rate)
+    r = run(a.ranks, a.seconds, a.procs, a.rate, a.record)
     print(f"sent {r['sent']} events, dropped at the client {r['dropped']}, frames shed by the server "
           f"{r['shed_frames']} (both: the watcher fell behind)")
     print(f"watcher cpu {r['cpu']:.1f} s in {r['seconds']:.1f} s: {r['ingested'] / max(r['cpu'], 1e-9):,.0f} events per cpu-second")
