@@ -322,8 +322,10 @@ def test_while_the_inbox_is_full_frames_wait_at_their_sender_instead_of_being_re
         read = server.frames + server.shed_frames
         assert read < offered / 5, (read, sent, offered)  # read as they came, all would have been
         assert server.paused > 0
+        monkeypatch.setattr(server_mod, "FULL_PAUSE_S", 0.01)  # (this inbox is "full" whenever a frame waits)
         gate.set()
-        assert wait_for(lambda: server.frames + server.shed_frames == sent), (server.frames, server.shed_frames, sent)
+        assert wait_for(lambda: server.frames + server.shed_frames == sent, timeout=30), \
+            (server.frames, server.shed_frames, sent)
         c.close()
     finally:
         gate.set()
