@@ -35,6 +35,7 @@ never sheds):
   commviz_ingest_shed_instances_total             collectives folded in untimed while shedding
   commviz_ingest_shed_frames_total                valid frames the server turned away (flood, full queue)
   commviz_ingest_probe_behind_events_total        events the probes left out while the collector took none
+  commviz_ingest_read_pauses_total                times reading waited for room in the model's queue
   commviz_ingest_bad_frames_total                 frames that failed to decode
   commviz_connections_refused_total{reason}       token, limit
   commviz_job_info{job,backend}, commviz_world_size, commviz_group_size{group,name}
@@ -249,6 +250,9 @@ def _ingest_families(reading: Reading) -> list[Metric]:
         out.append(CounterMetricFamily("commviz_ingest_probe_behind_events_total",
                                        "Events the probes left out while the collector took none from them "
                                        "(their credit window full).", value=ing.probe_behind_events))
+        out.append(CounterMetricFamily("commviz_ingest_read_pauses_total",
+                                       "Times the collector stopped reading for a while, its queue to the "
+                                       "model full (frames wait at the ranks meanwhile).", value=ing.read_pauses))
         refused = CounterMetricFamily("commviz_connections_refused_total", "Connections refused.",
                                       labels=["reason"])
         refused.add_metric(["token"], ing.refused_token)

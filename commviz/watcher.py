@@ -40,6 +40,7 @@ class IngestCounts:
     shed_spells: int = 0
     shed_frames: int = 0
     probe_behind_events: int = 0  # events the probes left out while this feed took none (Counters.behind)
+    read_pauses: int = 0  # times the reader waited for room in the inbox (transport/server.py, FULL_PAUSE_S)
     refused_token: int = 0
     refused_limit: int = 0
 
@@ -319,6 +320,7 @@ class LiveFeed:
         ov, srv = self.overload, self.server
         return IngestCounts(lag_s=ov.lag_ns / 1e9, shedding=ov.shedding, why=ov.why, shed_spells=ov.spells,
                             shed_frames=srv.shed_frames, probe_behind_events=self.model.behind_events,
+                            read_pauses=srv.paused,
                             refused_token=srv.denied, refused_limit=srv.turned_away)
 
     # Feed protocol (read by the TUI) ------------------------------------
@@ -345,6 +347,8 @@ class LiveFeed:
             bits.append(f"{srv.shed_frames} frames shed ({worst})")
         if m.behind_events:
             bits.append(f"{m.behind_events} events left out by the probes (this watcher took none)")
+        if srv.paused:
+            bits.append(f"reading paused {srv.paused} times (the model's queue full: frames wait at the ranks)")
         if srv.denied:
             bits.append(f"{srv.denied} connections refused (no valid token)")
         if srv.turned_away:

@@ -137,6 +137,11 @@ def test_a_probe_saying_the_watcher_is_behind_makes_it_shed(tmp_path):
         assert ingest["probe_behind_events"] == 700 and ingest["why"] == "frames lost"
         told = {s.name: s.value for fam in metrics.feed_collector(feed).collect() for s in fam.samples}
         assert told["commviz_ingest_probe_behind_events_total"] == 700
+        assert ingest["read_pauses"] == told["commviz_ingest_read_pauses_total"] == 0  # its queue was never full
+        feed.server.paused = 3  # as a reader that waited for room three times says it
+        told = {s.name: s.value for fam in metrics.feed_collector(feed).collect() for s in fam.samples}
+        assert told["commviz_ingest_read_pauses_total"] == 3
+        assert "reading paused 3 times (the model's queue full" in feed.status()
     finally:
         feed.close()
 
