@@ -429,27 +429,6 @@ def test_7_a_work_whose_exception_binding_cannot_answer_is_not_a_failed_op_nor_a
     assert UnconvertibleWork.asked == 1  # the binding cannot answer: asking again only costs
 
 
-@pytest.mark.parametrize("result", [False, True], ids=["no result future", "result future"])
-@pytest.mark.parametrize("future", [False, True])
-def test_7_a_failed_work_is_a_failed_op_while_its_group_still_says_success(probe, fc, future, result):
-    """NCCL's isCompleted() is true as soon as the Work holds an error; the group's
-    get_error() says so only after the watchdog's next pass. The Work is asked."""
-    backend = FakeNcclBackend("SUCCESS")
-    work = FakeWork(fc, 0, future=future, result=result)
-
-    def job():
-        probe.ensure_started()
-        probe.cuda_side.backend_of = lambda pg, dev: backend
-        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
-        work.finish(1.0, RuntimeError("NCCL error: remote process exited or there was a network error"))
-
-    try:
-        [(s, e)] = ops_of(probe, job)
-    finally:
-        probe.cuda_side.backend_of = None
-    assert e is not None and "remote process exited" in e.error
-
-
 class UnconvertibleResultWork(UnconvertibleWork):
     """torch 2.11's NCCL Work as it is: a result future beside the unconvertible
     `exception()`."""
@@ -458,48 +437,56 @@ class UnconvertibleResultWork(UnconvertibleWork):
         super().__init__(cuda, dev, result=True, **kw)
 
 
+def _with_backend(probe, backend, run) -> list:
+    """`ops_of` a job whose groups' NCCL backend is `backend`."""
+    def job():
+        probe.ensure_started()
+        probe.cuda_side.backend_of = lambda pg, dev: backend
+        run()
+
+    try:
+        return ops_of(probe, job)
+    finally:
+        probe.cuda_side.backend_of = None
+
+
+@pytest.mark.parametrize("make,words", [
+    (lambda fc, future: FakeWork(fc, 0, future=future), "remote process exited"),
+    (lambda fc, future: FakeWork(fc, 0, future=future, result=True), "remote process exited"),
+    # torch 2.11's NCCL: the result future says, `exception()` cannot give the words
+    (lambda fc, future: UnconvertibleResultWork(fc, 0, future=future), "COMM_ERROR"),
+], ids=["no result future", "result future", "result future, exception() unconvertible"])
+@pytest.mark.parametrize("future", [False, True])
+def test_7_a_failed_work_is_a_failed_op_while_its_group_still_says_success(probe, fc, future, make, words):
+    """NCCL's isCompleted() is true as soon as the Work holds an error; the group's
+    get_error() says so only after the watchdog's next pass. The Work is asked."""
+    work = make(fc, future)
+
+    def run():
+        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
+        work.finish(1.0, RuntimeError("NCCL error: remote process exited or there was a network error"))
+
+    [(s, e)] = _with_backend(probe, FakeNcclBackend("SUCCESS"), run)
+    assert e is not None and words in e.error
+
+
 @pytest.mark.parametrize("watchdog_passed", [False, True])
 def test_7_a_work_that_succeeded_is_never_asked_its_deprecated_exception(probe, fc, watchdog_passed):
     """NCCL's Work says through its result future: `exception()` would print torch's
     deprecation warning on the job's stderr, for an op that did nothing wrong."""
-    backend = FakeNcclBackend("SUCCESS")
     UnconvertibleWork.asked = 0
     works = [UnconvertibleResultWork(fc, 0, future=False) for _ in range(3)]
 
-    def job():
-        probe.ensure_started()
-        probe.cuda_side.backend_of = lambda pg, dev: backend
+    def run():
         for w in works:
             fake_op(probe, "all_reduce", result=lambda w=w: w)(FakeTensor(0), async_op=True)
             w.finish(1.0)
             if watchdog_passed:
                 w.watchdog_pass()
 
-    try:
-        got = ops_of(probe, job)
-    finally:
-        probe.cuda_side.backend_of = None
+    got = _with_backend(probe, FakeNcclBackend("SUCCESS"), run)
     assert len(got) == 3 and all(e is not None and e.error == "" for _, e in got)
     assert UnconvertibleWork.asked == 0
-
-
-def test_7_a_failed_work_whose_exception_cannot_answer_fails_with_its_result(probe, fc):
-    """torch 2.11's NCCL: the result future says COMM_ERROR, `exception()` cannot give
-    the words; the op still ends failed, and says how it is known."""
-    backend = FakeNcclBackend("SUCCESS")
-    work = UnconvertibleResultWork(fc, 0, future=False)
-
-    def job():
-        probe.ensure_started()
-        probe.cuda_side.backend_of = lambda pg, dev: backend
-        fake_op(probe, "all_reduce", result=lambda: work)(FakeTensor(0), async_op=True)
-        work.finish(1.0, RuntimeError("NCCL error: remote process exited"))
-
-    try:
-        [(s, e)] = ops_of(probe, job)
-    finally:
-        probe.cuda_side.backend_of = None
-    assert e is not None and "COMM_ERROR" in e.error
 
 
 def test_7_a_work_on_a_group_whose_backend_reports_an_error_is_not_asked(probe, fc):
