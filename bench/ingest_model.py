@@ -4,7 +4,7 @@ put into a live model (flows on) in one process, one thread. Separates what the
 model and the decoder cost from what zmq, the server and the GIL cost.
 
     python bench/ingest_model.py --ranks 64 [--rounds 40] [--steps 64] [--mode batches|each|decode|decode-kept]
-                                 [--decoder columns|objects] [--drop P] [--shed]
+                                 [--decoder columns|objects] [--drop P] [--shed] [--keep-heap]
 
 Modes: `batches` queues decoded frames and hands them on as `watcher.LiveFeed` does
 (`Model.ingest_many`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
@@ -121,10 +121,18 @@ def main() -> None:
     ap.add_argument("--decoder", choices=("columns", "objects"), default="columns")
     ap.add_argument("--drop", type=float, default=0.0, help="share of op frames lost on the way")
     ap.add_argument("--shed", action="store_true", help="as a watcher too far behind: per-event detail shed")
+    ap.add_argument("--keep-heap", action="store_true",
+                    help="glibc told to keep freed heap, as the watcher's server does (transport/server.keep_heap)")
     args = ap.parse_args()
+    if args.keep_heap:
+        from commviz.transport.server import keep_heap
+
+        if not keep_heap():
+            raise SystemExit("--keep-heap: glibc's mallopt is not here (or COMMVIZ_KEEP_HEAP=0)")
     n, cpu = run(args.ranks, args.rounds, args.steps, args.mode, args.decoder, args.drop, args.shed)
     lost = f", {args.drop:.1%} of frames lost" if args.drop else ""
     lost += ", detail shed" if args.shed else ""
+    lost += ", heap kept" if args.keep_heap else ""
     print(f"{args.ranks} ranks, {args.steps} steps a frame, {args.mode}, {args.decoder}{lost}: {n:,} events in {cpu:.2f} s CPU: "
           f"{n / cpu:,.0f} events per cpu-second")
 

@@ -91,6 +91,32 @@ def _why_bad(payload) -> str:
     return f"undecodable frame ({len(payload)} bytes)"
 
 
+# glibc's mallopt parameters: M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD.
+KEEP_HEAP = ((-1, 256 << 20), (-2, 64 << 20), (-3, 32 << 20))
+KEEP_HEAP_ENV = "COMMVIZ_KEEP_HEAP"  # "0": leave glibc's defaults
+_heap_kept: bool | None = None  # None: not asked yet (once per process)
+
+
+def keep_heap() -> bool:
+    """Have glibc keep freed heap at hand while the watcher runs. Behind a flood the
+    reader decodes frames into fresh memory that the model frees a drain (~1,500
+    frames) later; by default glibc gives the heap's top back at each such free and
+    takes the pages again, zeroed, for the next frames: that doubled a frame's decode
+    (bench/ingest.py shows it by thread; COMMVIZ_KEEP_HEAP=0 to compare). Freed memory
+    up to 256 MB stays mapped until the flood ends, when the reader's malloc_trim
+    hands it back. True where it took (glibc)."""
+    global _heap_kept
+    if _heap_kept is None:
+        _heap_kept = False
+        if os.environ.get(KEEP_HEAP_ENV, "1") != "0":
+            try:
+                mallopt = ctypes.CDLL(None).mallopt
+                _heap_kept = all(mallopt(param, value) == 1 for param, value in KEEP_HEAP)
+            except (OSError, AttributeError):  # not glibc
+                pass
+    return _heap_kept
+
+
 def _malloc_trim():
     """glibc keeps freed memory in its arenas (zmq's io thread has its own); after a
     flood, hand it back to the system so the watcher's RSS comes down again."""
@@ -207,6 +233,7 @@ class Server:
             os.unlink(path)  # stale socket from a watcher that died
 
     def start(self) -> "Server":
+        keep_heap()
         self._inbox.start()
         self.thread.start()
         return self
