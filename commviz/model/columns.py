@@ -394,9 +394,9 @@ def _span_cut(x: _Cols, r: _Ranks) -> int | None:
     """Where to cut a batch in which a rank's ids span `SeenIds.SPAN` or more (most of
     its frames lost on the way: behind a flood, each batch holds a few of a rank's
     frames from far apart): just before its first start that far from its first one
-    in the batch, so the part before goes fast and the rest is planned again. Such a rank cannot go
-    fast (`_rank_floors`), and every instance it is in goes one event at a time with
-    it. None where no rank needs a cut."""
+    in the batch, so the part before goes fast and the rest is planned again. Such a
+    rank cannot go fast (`_rank_floors`), and every instance it is in goes one event
+    at a time with it. None where no rank needs a cut."""
     # (from each rank's first start in the batch's order, which is never far: the cut
     # is past it, so each part is shorter; ids that go down that far are cut too)
     first_at = np.full(len(r.ur), len(x.s_id))

@@ -638,15 +638,13 @@ class CudaPoller:
         `exception()` prints torch's deprecation warning in the job, so it is asked
         only of a Work with no result future, or for the words of a failure."""
         kind = type(work)
-        said = work_result(work) if kind not in self._no_result else None
-        if said is None:
+        said = None if kind in self._no_result else work_result(work)
+        if said is None:  # no result future: exception() is all this Work can say
             self._no_result.add(kind)
-        elif said in ("", "SUCCESS"):
+            return self._work_exception(work)
+        if said in ("", "SUCCESS"):
             return ""
-        words = self._work_exception(work)
-        if said is None:
-            return words
-        return words or f"the Work completed with {said}"
+        return self._work_exception(work) or f"the Work completed with {said}"
 
     def _work_exception(self, work) -> str:
         if not self.ask_work:

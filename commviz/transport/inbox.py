@@ -44,18 +44,21 @@ class Inbox:
         (WIRE_BYTES an event): the reader asks before it decodes one, so a flood the
         model cannot take costs it no decoding (that decoding took the core the model
         needed to catch up). A frame that would have just fit may go with the rest."""
-        queued = self._in - self._out
-        return bool(queued) and queued + cost(payload, len(payload) // WIRE_BYTES) > self.max_bytes
+        return self._no_room(cost(payload, len(payload) // WIRE_BYTES))
 
     def full(self) -> bool:
         """Whether the queue has no room left for a frame of the usual size (FULL_ROOM)."""
+        return self._no_room(FULL_ROOM)
+
+    def _no_room(self, size: int) -> bool:
+        """Whether `size` more bytes would not fit. An empty queue takes any frame;
+        the frame being ingested counts until it is done."""
         queued = self._in - self._out
-        return bool(queued) and queued + FULL_ROOM > self.max_bytes
+        return bool(queued) and queued + size > self.max_bytes
 
     def put(self, item: tuple, size: int) -> bool:
         """Queue one decoded frame; False (and nothing kept) when it would not fit."""
-        queued = self._in - self._out  # the frame being ingested counts until it is done
-        if queued and queued + size > self.max_bytes:
+        if self._no_room(size):
             return False
         self._q.append((item, size))
         self._in += size

@@ -108,21 +108,23 @@ def keep_heap() -> bool:
     global _heap_kept
     if _heap_kept is None:
         _heap_kept = False
-        if os.environ.get(KEEP_HEAP_ENV, "1") != "0":
-            try:
-                mallopt = ctypes.CDLL(None).mallopt
-                _heap_kept = all(mallopt(param, value) == 1 for param, value in KEEP_HEAP)
-            except (OSError, AttributeError):  # not glibc
-                pass
+        mallopt = _glibc("mallopt") if os.environ.get(KEEP_HEAP_ENV, "1") != "0" else None
+        if mallopt is not None:
+            _heap_kept = all(mallopt(param, value) == 1 for param, value in KEEP_HEAP)
     return _heap_kept
 
 
 def _malloc_trim():
     """glibc keeps freed memory in its arenas (zmq's io thread has its own); after a
     flood, hand it back to the system so the watcher's RSS comes down again."""
+    return _glibc("malloc_trim")
+
+
+def _glibc(name: str):
+    """glibc's function `name`, or None where the C library is another."""
     try:
-        return ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        return getattr(ctypes.CDLL(None), name)
+    except (OSError, AttributeError):
         return None
 
 
