@@ -345,7 +345,8 @@ class _Ranks(NamedTuple):
     """Per rank of the batch's starts (`ur`, sorted): its start count, state, clock
     offset and whether its starts can go fast; `skey` each start's (rank, id), `s_ri`
     each start's index into `ur`; `ids`, from `first`, each rank's ids in order;
-    `order` sorts `skey` into `sk`; `distinct` whether no two starts share a (rank, id)."""
+    `order` sorts `skey` into `sk`; `distinct` whether no two starts share a (rank, id);
+    `falls` per rank whether its ids go down somewhere in the batch's order."""
     skey: np.ndarray
     ur: np.ndarray
     cnt: np.ndarray
@@ -358,6 +359,7 @@ class _Ranks(NamedTuple):
     order: np.ndarray
     sk: np.ndarray
     distinct: bool
+    falls: np.ndarray
 
 
 def _rank_floors(model: Model, x: _Cols) -> _Ranks:
@@ -378,30 +380,41 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
     ids_sorted = s_id[order]
     floors, offsets, states = _floors(model, ur)
     lo_id, hi_id = ids_sorted[first], ids_sorted[first + cnt - 1]
-    # ids further apart than SeenIds.SPAN: one by one, the newest would make the
-    # oldest count as seen (a duplicate) before it came
-    rank_ok = (floors > -2) & (lo_id > floors) & (hi_id - lo_id < SeenIds.SPAN)
+    # A rank's ids go down where, sorted by id, a start came before the one below it.
+    # (a rank's first start compares with the rank before it: not counted)
+    down = np.flatnonzero(np.diff(order) < 0) + 1
+    g = np.searchsorted(first, down, "right") - 1
+    falls = np.zeros(len(ur), bool)
+    falls[g[first[g] != down]] = True
+    # ids further apart than SeenIds.SPAN that go down: one by one, the newest would
+    # make the oldest count as seen (a duplicate) before it came. Ids that only rise,
+    # as a probe numbers its ops, never meet that however far apart (behind a flood a
+    # batch holds a few of each rank's frames from far apart: ~5 span cuts a batch).
+    rank_ok = (floors > -2) & (lo_id > floors) & ((hi_id - lo_id < SeenIds.SPAN) | ~falls)
     if not distinct_ok:
         dup = np.zeros(len(sk), bool)
         dup[1:] = np.diff(sk) == 0
         bad = np.unique(s_rank[order][dup | np.roll(dup, -1)])
         rank_ok &= ~np.isin(ur, bad)
     s_ri = np.searchsorted(ur, s_rank)  # index into ur of each start's rank
-    return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok)
+    return _Ranks(skey, ur, cnt, offsets, states, rank_ok, s_ri, ids_sorted, first, order, sk, distinct_ok,
+                  falls)
 
 
 def _span_cut(x: _Cols, r: _Ranks) -> int | None:
-    """Where to cut a batch in which a rank's ids span `SeenIds.SPAN` or more (most of
-    its frames lost on the way: behind a flood, each batch holds a few of a rank's
-    frames from far apart): just before its first start that far from its first one
-    in the batch, so the part before goes fast and the rest is planned again. Such a
-    rank cannot go fast (`_rank_floors`), and every instance it is in goes one event
-    at a time with it. None where no rank needs a cut."""
+    """Where to cut a batch in which a rank's ids span `SeenIds.SPAN` or more and go
+    down somewhere (two processes claiming the rank, a resend among new ops): just
+    before its first start that far from its first one in the batch, so the part
+    before goes fast and the rest is planned again. Such a rank cannot go fast
+    (`_rank_floors`), and every instance it is in goes one event at a time with it.
+    None where no rank needs a cut."""
     # (from each rank's first start in the batch's order, which is never far: the cut
     # is past it, so each part is shorter; ids that go down that far are cut too)
+    if not r.falls.any():
+        return None
     first_at = np.full(len(r.ur), len(x.s_id))
     np.minimum.at(first_at, r.s_ri, np.arange(len(x.s_id)))
-    far = np.abs(x.s_id - x.s_id[first_at][r.s_ri]) >= SeenIds.SPAN
+    far = (np.abs(x.s_id - x.s_id[first_at][r.s_ri]) >= SeenIds.SPAN) & r.falls[r.s_ri]
     if not far.any():
         return None
     return int(x.sp[far].min())

@@ -355,17 +355,61 @@ def test_op_ids_further_apart_than_the_seen_window_go_the_per_event_way(monkeypa
     assert one.duplicates == many.duplicates == 1
 
 
-def test_a_rank_whose_ids_span_more_than_the_seen_window_is_cut_not_sent_the_per_event_way(monkeypatch):
+def test_a_rank_whose_ids_rise_further_than_the_seen_window_goes_fast_uncut(monkeypatch):
     """Behind a flood a batch holds a few of each rank's frames from far apart, its ids
-    spanning more than SeenIds.SPAN: such a rank cannot go fast, and with it every
-    collective it is in. The batch is cut where the span would pass the window and
-    each part goes fast, leaving the state one event at a time leaves."""
+    spanning more than SeenIds.SPAN. Ids that only rise never meet a duplicate one
+    event at a time, so the rank goes fast however far they span: the batch is not
+    cut (five cuts a batch, each planning the rest again, took a third of a flooded
+    watcher's model at 64 ranks) and leaves the state one event at a time leaves."""
     monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    cuts = []
+    real = columns._span_cut
+    monkeypatch.setattr(columns, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
     trace = _lossy_run(ranks=4, steps=3000, per_frame=20, lose=0.0, seed=5)
     trace = [(r, ev) for r, ev in trace if not isinstance(ev, (OpStart, OpEnd)) or ev.id % 100 < 20]  # frames lost
     _, many, taken = _one_and_many(monkeypatch, trace)
-    assert len(taken) >= 3  # cut at least twice
+    assert cuts and not any(c is not None for c in cuts)
     assert sum(taken) > 0.9 * len(trace)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shed", [False, True])
+def test_ids_that_jump_far_and_now_and_then_come_again_leave_the_same_state(seed, shed, monkeypatch):
+    """Frames lost in runs (ids jumping past the seen window), and now and then an
+    earlier frame sent again (ids going down, near or far): whichever ranks the batch
+    path takes fast, uncut or cut, it must count the same duplicates and leave the
+    same state as one event at a time (while shedding: the counts shedding keeps)."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    rng = random.Random(seed)
+    frames = []  # each rank's frame of each step: a step is lost, or sent again, by all ranks at once
+    for lo in range(0, 6000, 20):
+        frames.append([(r, ev) for r in range(4) for i in range(lo, lo + 20)
+                       for ev in (OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900))])
+    trace = _lossy_run(ranks=4, steps=0, per_frame=20, lose=0.0, seed=seed)  # the hellos and the group
+    for k, step in enumerate(frames):
+        if rng.random() < 0.8 and k % 200 > 100:
+            continue  # a run of lost frames: the ids jump
+        trace += step
+        if k in (37, 150, 260):
+            trace += frames[max(0, k - rng.choice([2, 50, 150]))]  # an earlier step again
+    one, many = Model(), Model()
+    many.shed = one.shed = shed
+    for r, ev in trace:
+        one.ingest(r, ev)
+    taken = _spy_fast(monkeypatch)
+    i = 0
+    while i < len(trace):
+        n = rng.choice([300, 2500, 9000])
+        part = trace[i:i + n]
+        many.ingest_many([r for r, _ in part], [ev for _, ev in part])
+        i += n
+    assert one.duplicates > 0
+    assert many.duplicates == one.duplicates
+    assert sum(taken) > 0.5 * len(trace)  # the ranks whose ids only rose went fast
+    if shed:  # what shedding keeps exact, it keeps
+        assert _counts(many) == _counts(one)
+    else:
+        assert _state(many) == _state(one)
 
 
 def test_a_rank_whose_ids_go_down_further_than_the_seen_window_is_taken_and_the_batch_ends(monkeypatch):
@@ -381,9 +425,9 @@ def test_a_rank_whose_ids_go_down_further_than_the_seen_window_is_taken_and_the_
 
 
 def test_a_rank_far_from_itself_at_every_start_is_not_planned_once_a_start(monkeypatch):
-    """Ids SPAN apart at every start: each cut would take one op. Planning again the
-    rest after each was quadratic in the batch (16,000 events took 6 s): a batch
-    makes at most MAX_SPAN_CUTS."""
+    """Ids SPAN apart at every start, going down: each cut would take one op. Planning
+    again the rest after each was quadratic in the batch (16,000 events took 6 s): a
+    batch makes at most MAX_SPAN_CUTS."""
     monkeypatch.setattr(SeenIds, "SPAN", 1000)
     cuts = []
     real = columns._span_cut
@@ -397,7 +441,7 @@ def test_a_rank_far_from_itself_at_every_start_is_not_planned_once_a_start(monke
     monkeypatch.setattr(columns, "_span_cut", spy)
     trace = [(r, ev) for r in range(2) for ev in (hello(r), group())]
     for i in range(2000):
-        trace += [(r, ev) for r in range(2) for ev in op(1000 * i, 1000 * i + r, 1000 * i + 500, seq=i)]
+        trace += [(r, ev) for r in range(2) for ev in op(1000 * (2000 - i), 1000 * i + r, 1000 * i + 500, seq=i)]
     _one_and_many(monkeypatch, trace)
     batches = -(-(len(trace) - 4) // columns.MAX_BATCH)
     assert len(cuts) == batches * columns.MAX_SPAN_CUTS  # each one plans the rest again
