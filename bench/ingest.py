@@ -25,19 +25,30 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from commviz.events import GroupDef, Hello, OpEnd, OpStart, encode_batch  # noqa: E402
 
 STEPS_PER_FRAME = 64  # all_reduce steps per frame: 128 events, ~ a probe flush at 6k ops/s
-RANKS_PER_CLIENT = 16  # a client (zmq context and socket) carries this many ranks' frames
+# A client (zmq context and socket, one connection: a node's relay) carries a node's
+# ranks' frames, or more where that would open more than CLIENTS connections. The
+# server sheds a connection's frames past FLOOD_FRAMES_PER_S (2,000 a second): with 16
+# ranks a client, 64 ranks were 4 connections, and what this measured there was that
+# limit (4 × 2,000 × 128 = 1.02M events/s), not the watcher.
+RANKS_PER_NODE = 8
+CLIENTS = 64
+
+
+def ranks_per_client(world: int) -> int:
+    return max(RANKS_PER_NODE, -(-world // CLIENTS))
 
 
 def producer(addr: str, ranks: list[int], world: int, seconds: float, rate: float, go, out) -> None:
     from commviz.transport.client import Client
 
-    clients = [Client(addr, f"bench-{ranks[i]}".encode()) for i in range(0, len(ranks), RANKS_PER_CLIENT)]
+    per = ranks_per_client(world)
+    clients = [Client(addr, f"bench-{ranks[i]}".encode()) for i in range(0, len(ranks), per)]
     wall, mono = time.time_ns(), time.monotonic_ns()
     for i, r in enumerate(ranks):
         h = Hello(rank=r, local_rank=r % 8, world_size=world, host=f"node{r // 8}", pid=os.getpid() * 10_000 + r,
                   backend="gloo", device="cpu", torch_version="2.13.0", commviz_version="0.1.0", job="ingest",
                   mono_ns=mono, wall_ns=wall)
-        while not clients[i // RANKS_PER_CLIENT].send(encode_batch(r, [h, GroupDef("0", list(range(world)), "gloo")])):
+        while not clients[i // per].send(encode_batch(r, [h, GroupDef("0", list(range(world)), "gloo")])):
             time.sleep(0.01)
     go.wait()
     shape = [1 << 20]
@@ -48,7 +59,7 @@ def producer(addr: str, ranks: list[int], world: int, seconds: float, rate: floa
     t0 = time.monotonic()
     while time.monotonic() < t_end:
         for i, r in enumerate(ranks):
-            c = clients[i // RANKS_PER_CLIENT]
+            c = clients[i // per]
             if not c.writable():  # zmq's queue is full: counted, not encoded (a probe asks first too)
                 dropped += 2 * STEPS_PER_FRAME
                 continue
