@@ -25,8 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from commviz.events import GroupDef, Hello, OpEnd, OpStart, encode_batch  # noqa: E402
 
 STEPS_PER_FRAME = 64  # all_reduce steps per frame: 128 events, ~ a probe flush at 6k ops/s
-# A client (zmq context and socket, one connection: a node's relay) carries a node's
-# ranks' frames, or more where that would open more than CLIENTS connections. The
+# A client (zmq context and socket, one connection, as a relay's) carries 8 ranks'
+# frames, as a node's relay does, or more where that would open more than CLIENTS
+# connections (its ranks are every other rank: the producers share them out). The
 # server sheds a connection's frames past FLOOD_FRAMES_PER_S (2,000 a second): with 16
 # ranks a client, 64 ranks were 4 connections, and what this measured there was that
 # limit (4 × 2,000 × 128 = 1.02M events/s), not the watcher.

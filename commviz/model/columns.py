@@ -389,7 +389,7 @@ def _rank_floors(model: Model, x: _Cols) -> _Ranks:
     # ids further apart than SeenIds.SPAN that go down: one by one, the newest would
     # make the oldest count as seen (a duplicate) before it came. Ids that only rise,
     # as a probe numbers its ops, never meet that however far apart (behind a flood a
-    # batch holds a few of each rank's frames from far apart: ~5 span cuts a batch).
+    # batch holds a few of each rank's frames from far apart: ~5 cuts a batch at 64 ranks).
     rank_ok = (floors > -2) & (lo_id > floors) & ((hi_id - lo_id < SeenIds.SPAN) | ~falls)
     if not distinct_ok:
         dup = np.zeros(len(sk), bool)

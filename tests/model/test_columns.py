@@ -372,26 +372,45 @@ def test_a_rank_whose_ids_rise_further_than_the_seen_window_goes_fast_uncut(monk
     assert sum(taken) > 0.9 * len(trace)
 
 
-@pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("shed", [False, True])
-def test_ids_that_jump_far_and_now_and_then_come_again_leave_the_same_state(seed, shed, monkeypatch):
-    """Frames lost in runs (ids jumping past the seen window), and now and then an
-    earlier frame sent again (ids going down, near or far): whichever ranks the batch
-    path takes fast, uncut or cut, it must count the same duplicates and leave the
-    same state as one event at a time (while shedding: the counts shedding keeps)."""
-    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+def _jumpy_run(seed: int, ranks: int = 4, steps: int = 6000, per_frame: int = 20) -> list[tuple[int, object]]:
+    """A ring of all_reduce whose ranks each lose runs of frames (their ids jump past
+    the seen window), hold a frame back and send it after later ones (their ids go
+    down, near or far), or send one twice at once."""
     rng = random.Random(seed)
-    frames = []  # each rank's frame of each step: a step is lost, or sent again, by all ranks at once
-    for lo in range(0, 6000, 20):
-        frames.append([(r, ev) for r in range(4) for i in range(lo, lo + 20)
-                       for ev in (OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900))])
-    trace = _lossy_run(ranks=4, steps=0, per_frame=20, lose=0.0, seed=seed)  # the hellos and the group
-    for k, step in enumerate(frames):
-        if rng.random() < 0.8 and k % 200 > 100:
-            continue  # a run of lost frames: the ids jump
-        trace += step
-        if k in (37, 150, 260):
-            trace += frames[max(0, k - rng.choice([2, 50, 150]))]  # an earlier step again
+    out = _lossy_run(ranks=ranks, steps=0, per_frame=per_frame, lose=0.0, seed=seed)  # hellos, the group
+    held: list[tuple[int, list]] = []  # (due at step, frame)
+    lost = dict.fromkeys(range(ranks), 0)
+    for k, lo in enumerate(range(0, steps, per_frame)):
+        for r in range(ranks):
+            frame = [(r, ev) for i in range(lo, lo + per_frame)
+                     for ev in (OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900))]
+            if lost[r]:
+                lost[r] -= 1
+            elif rng.random() < 0.04:
+                lost[r] = rng.randrange(10, 120)
+            elif (x := rng.random()) < 0.03:
+                held.append((k + rng.choice([1, 3, 60, 100]), frame))
+            else:
+                out += frame * (2 if x > 0.98 else 1)
+        for h in [h for h in held if h[0] <= k]:
+            out += h[1]
+            held.remove(h)
+    return out + [ev for _, frame in held for ev in frame]
+
+
+@pytest.mark.parametrize("seed", [11, 25, 35])
+@pytest.mark.parametrize("shed", [False, True])
+def test_ids_that_jump_far_and_go_down_leave_the_same_state(seed, shed, monkeypatch):
+    """Whichever ranks the batch path takes fast (ids rising however far), bounds
+    (ids going down) or cuts, it must count the same duplicates and leave the same
+    state as one event at a time (while shedding: each rank's counts, bytes, seqs and
+    seen ids; which collectives are counted yet, and which still held open for a
+    member, differs between the two ways while shedding, by design). The seeds are
+    ones where taking a rank fast although its ids went down past the window
+    miscounts."""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    trace = _jumpy_run(seed)
+    rng = random.Random(seed)
     one, many = Model(), Model()
     many.shed = one.shed = shed
     for r, ev in trace:
@@ -399,17 +418,43 @@ def test_ids_that_jump_far_and_now_and_then_come_again_leave_the_same_state(seed
     taken = _spy_fast(monkeypatch)
     i = 0
     while i < len(trace):
-        n = rng.choice([300, 2500, 9000])
+        n = rng.choice([300, 900, 2500, 9000])
         part = trace[i:i + n]
         many.ingest_many([r for r, _ in part], [ev for _, ev in part])
         i += n
     assert one.duplicates > 0
     assert many.duplicates == one.duplicates
-    assert sum(taken) > 0.5 * len(trace)  # the ranks whose ids only rose went fast
-    if shed:  # what shedding keeps exact, it keeps
-        assert _counts(many) == _counts(one)
+    assert sum(taken) > 0.2 * len(trace)
+    if shed:
+        assert _counts(many)["ranks"] == _counts(one)["ranks"]
     else:
         assert _state(many) == _state(one)
+
+
+def test_in_one_batch_a_rank_whose_ids_fall_far_is_cut_and_one_whose_ids_rise_far_goes_fast(monkeypatch):
+    """Rank 0 sends a frame from far back (a late one, its ids going down past the
+    window) while rank 1's ids rise past the window: the one cut is rank 0's, just
+    before the late frame, and everything before it goes fast. (After it the late ops
+    are duplicates, which go one at a time, and with them rank 0's next step.)"""
+    monkeypatch.setattr(SeenIds, "SPAN", 1000)
+    cuts = []
+    real = columns._span_cut
+    monkeypatch.setattr(columns, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
+    trace = _lossy_run(ranks=2, steps=0, per_frame=20, lose=0.0, seed=0)
+
+    def frame(rank: int, first_id: int, first_seq: int) -> list:
+        return [(rank, ev) for j in range(20) for ev in (
+            OpStart(first_id + j, 1000 * (first_seq + j) + rank, "all_reduce", "0", first_seq + j, 64),
+            OpEnd(first_id + j, 1000 * (first_seq + j) + 900))]
+
+    for step in range(4):
+        trace += frame(0, 5000 + 20 * step, 20 * step) + frame(1, 3000 * step, 20 * step)
+        if step == 2:  # ids 2,000..2,019, never sent before, below rank 0's 5,059 by more than the window
+            trace += frame(0, 2000, 1000)
+    one, many, taken = _one_and_many(monkeypatch, trace)
+    assert one.duplicates == many.duplicates == 20
+    assert len([c for c in cuts if c is not None]) == 1  # rank 1's far rises cut nothing
+    assert sum(taken) == 3 * 2 * 20 * 2  # every start and end of the first three steps
 
 
 def test_a_rank_whose_ids_go_down_further_than_the_seen_window_is_taken_and_the_batch_ends(monkeypatch):
