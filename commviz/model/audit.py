@@ -117,24 +117,45 @@ class Windows:
         return ids
 
     def _append(self, t0s: array, t1s: array, gs: array, pushed: int | None) -> None:
+        """Once the ring is full, the newest overwrite the oldest in place: copying the
+        whole window out in order to add a batch's few ops cost ~14 µs a rank a batch
+        (a 1,024-rank watcher, after its first 8,192 ops a rank, 14 ms a batch)."""
         if pushed is not None and pushed > self.dropped_before:
             self.dropped_before = pushed
-        if not t0s:
+        n = len(t0s)
+        if not n:
             return
-        if len(self._t0) + len(t0s) <= self.maxlen:  # not full yet: the ring has not turned
+        room = self.maxlen - len(self._t0)
+        if n <= room:  # not full yet: the ring has not turned
             self._t0 += t0s
             self._t1 += t1s
             self._g += gs
             return
-        t0, t1, g = self._ordered()
-        t0 += t0s
-        t1 += t1s
-        g += gs
-        over = len(t0) - self.maxlen
-        newest_out = max(t0[:over])
-        if newest_out > self.dropped_before:
-            self.dropped_before = newest_out
-        self._t0, self._t1, self._g, self._head = t0[over:], t1[over:], g[over:], 0
+        if room > 0:  # fill it, then turn
+            self._t0 += t0s[:room]
+            self._t1 += t1s[:room]
+            self._g += gs[:room]
+            t0s, t1s, gs, n = t0s[room:], t1s[room:], gs[room:], n - room
+        m = self.maxlen
+        if n >= m:  # these alone fill the ring: every older op goes, and the first n - m of these
+            lost = max(self._t0)
+            if n > m:
+                lost = max(lost, max(t0s[:n - m]))
+            if lost > self.dropped_before:
+                self.dropped_before = lost
+            self._t0, self._t1, self._g, self._head = t0s[n - m:], t1s[n - m:], gs[n - m:], 0
+            return
+        h = self._head  # the oldest n, from the head on, turning at the end
+        a = min(n, m - h)
+        lost = max(self._t0[h:h + a])
+        if a < n:
+            lost = max(lost, max(self._t0[:n - a]))
+        if lost > self.dropped_before:
+            self.dropped_before = lost
+        self._t0[h:h + a], self._t1[h:h + a], self._g[h:h + a] = t0s[:a], t1s[:a], gs[:a]
+        if a < n:
+            self._t0[:n - a], self._t1[:n - a], self._g[:n - a] = t0s[a:], t1s[a:], gs[a:]
+        self._head = (h + n) % m
 
 
 def _offset_at(hello: Hello | None, a: Audit):

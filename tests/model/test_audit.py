@@ -100,3 +100,33 @@ def test_windows_survive_a_pickle_as_they_were():
     w.add("g9", 5_000, 5_001)
     assert back.ended == w.ended and len(back) == 4
     assert pickle.loads(pickle.dumps(Windows())).ended == []
+
+
+def test_a_window_takes_a_batch_as_one_op_at_a_time_would_ring_turned_or_not():
+    """The batch path adds a rank's ops to its window at once, writing over the oldest
+    in place once the ring is full: what the window holds, in order, and the newest
+    start pushed out are those of adding each op on its own, however the batches
+    fall against the ring's turn (longer than the ring, or only its newest `size`
+    given with the newest start of the rest as `pushed`, as `columns._windows` does;
+    single adds in between)."""
+    import random
+
+    rng = random.Random(7)
+    for size in (1, 2, 5, 16):
+        one, many = Windows(size=size), Windows(size=size)
+        t = 0
+        for _ in range(80):
+            n = rng.choice([0, 1, 2, size - 1, size, size + 1, 2 * size + 3, rng.randrange(3 * size + 2)])
+            ops = [(f"g{rng.randrange(3)}", t + rng.randrange(50)) for _ in range(n)]  # starts not in order
+            t += 60
+            for g, s in ops:
+                one.add(g, s, s + 5)
+            pushed = None
+            if n > size and rng.random() < 0.5:
+                pushed, ops = max(s for _, s in ops[:n - size]), ops[n - size:]
+            many.extend([g for g, _ in ops], [s for _, s in ops], [s + 5 for _, s in ops], pushed)
+            assert many.ended == one.ended and many.dropped_before == one.dropped_before
+            if rng.random() < 0.3:
+                one.add("g1", t, t + 1)
+                many.add("g1", t, t + 1)
+                t += 2
