@@ -7,7 +7,12 @@ their own.
 
 Bound to 127.0.0.1 unless told otherwise. On any other address a request must carry
 the collector's token (`Authorization: Bearer TOKEN` or `?token=TOKEN`), the one
-ranks and relays present (transport/token.py).
+ranks and relays present (transport/token.py). A collector also has a view token of
+its own (`loopback_token`), wanted on loopback too: any user on the machine can reach
+127.0.0.1, and the views carry stacks, hosts and paths. It keeps that token in the
+per-user directory (viewlink.write_token), where the same user's views and scripts
+find it. Prometheus' /metrics (the `extra` views) stays open on loopback, as the
+`--metrics` endpoint is: counts, no stacks.
 """
 
 from __future__ import annotations
@@ -35,13 +40,18 @@ class StateServer:
 
     def __init__(self, feed, host: str, port: int, token: str | None = None, extra: dict | None = None,
                  views=None, loopback_token: str | None = None) -> None:
-        """`loopback_token`: wanted even on loopback (the private view of a dashboard's
-        own collector: another user on the machine may reach 127.0.0.1 too)."""
-        if not loopback_host(host) and not token:
+        """`token`: the collector's (COMMVIZ_TOKEN), wanted off loopback; `loopback_token`:
+        the view's own, wanted everywhere (on loopback, either does; with neither,
+        loopback is open)."""
+        loopback = loopback_host(host)
+        if not loopback and not token:
             raise CommvizError(f"{host}:{port} is not loopback: the HTTP view needs a token there "
                                "(listen on tcp:// so the collector makes one, or bind the HTTP view to 127.0.0.1)")
-        self.feed, self.token = feed, (token if not loopback_host(host) else loopback_token)
+        self.feed = feed
+        wanted = (token, loopback_token) if loopback_token or not loopback else ()
+        self.tokens = [t.encode() for t in wanted if t]  # any one of them lets a request in
         self.extra = dict(extra or {})
+        self.open_paths = set(self.extra) if loopback else set()  # /metrics, as --metrics asks none
         self.views = views
         self.requests = 0
         handler = self._handler()
@@ -88,13 +98,14 @@ class StateServer:
             def do_GET(self) -> None:  # noqa: N802 (http.server's name)
                 server.requests += 1
                 url = urlparse(self.path)
-                if server.token is not None:
+                if server.tokens and url.path not in server.open_paths:
                     given = parse_qs(url.query).get("token", [""])[0]
                     auth = self.headers.get("Authorization", "")
                     if auth.startswith("Bearer "):
                         given = auth[7:]
-                    if not hmac.compare_digest(given.encode(), server.token.encode()):
-                        return self._send(401, "text/plain", b"a token is needed: Authorization: Bearer TOKEN\n")
+                    if not any([hmac.compare_digest(given.encode(), t) for t in server.tokens]):
+                        return self._send(401, "text/plain", b"a token is needed: Authorization: Bearer TOKEN "
+                                          b"(this user's own collectors: commviz finds it by itself)\n")
                 if url.path in ("/summary", "/summary.json"):
                     return self._send(200, "application/json", json.dumps(server.summary()).encode())
                 if url.path == "/diagnoses":
@@ -129,17 +140,23 @@ def fetch_summary(url: str, token: str | None = None, timeout_s: float = 10.0) -
     import urllib.error
     import urllib.request
 
-    from commviz.viewlink import resolve
+    from commviz.viewlink import resolve, tokens_to_try
 
     u = resolve(url)
+    tokens = tokens_to_try(u, token)  # this user's own collector's first, then the one given
     if urlparse(u).path in ("", "/"):
         u = u.rstrip("/") + "/summary"
-    req = urllib.request.Request(u, headers={"Authorization": f"Bearer {token}"} if token else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as r:
-            return json.loads(r.read())
+        for t in tokens:
+            req = urllib.request.Request(u, headers={"Authorization": f"Bearer {t}"} if t else {})
+            try:
+                with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                    return json.loads(r.read())
+            except urllib.error.HTTPError as exc:
+                if exc.code != 401 or t == tokens[-1]:
+                    raise
     except urllib.error.HTTPError as exc:
-        raise CommvizError(f"{u}: {exc.code} {exc.reason}" + (" (set COMMVIZ_TOKEN)" if exc.code == 401 else ""))
+        raise CommvizError(f"{u}: {exc.code} {exc.reason}" + (" (another user's or machine's collector: set COMMVIZ_TOKEN to its token)" if exc.code == 401 else ""))
     except (urllib.error.URLError, OSError) as exc:
         raise CommvizError(f"no collector answers at {u} ({getattr(exc, 'reason', exc)}): is `commviz serve "
                            "--http …` running there?") from None

@@ -36,6 +36,18 @@ class ViewError(CommvizError):
     pass
 
 
+class Refused(ViewError):
+    """401: the token was not the collector's."""
+
+
+def tokens_to_try(url: str, given: str | None) -> list[str | None]:
+    """The tokens to offer a collector at `url`, in turn: the one this user's own
+    collector there left (`local_token`), then the one given (COMMVIZ_TOKEN: another
+    user's or machine's collector, or a tunnel to one); [None] when there is neither."""
+    out = list(dict.fromkeys(t for t in (local_token(url), given) if t))
+    return out or [None]
+
+
 def loads(data: bytes):
     try:
         return ownpickle.load(io.BytesIO(data))
@@ -141,12 +153,57 @@ def write_note(listen_addr: str, url: str) -> str:
     return path
 
 
+def token_path(url: str) -> str | None:
+    """Where this user's collector whose HTTP view answers at `url` keeps that view's
+    token (None where `url` is not on this machine): in the per-user 0700 directory,
+    so a view or script of the same user finds it, and no other user can. Loopback
+    is no trust boundary (transport/token.py): the view carries stacks, hosts and
+    paths, so it wants a token there too."""
+    import os
+
+    from commviz.httpview import loopback_host
+    from commviz.transport.address import AddressError, private_dir
+
+    u = urlparse(url if "://" in url else f"http://{url}")
+    if u.port is None or not loopback_host(u.hostname or ""):
+        return None
+    try:
+        return os.path.join(private_dir(), f"view-{u.port}.token")
+    except (AddressError, OSError):
+        return None
+
+
+def write_token(url: str, token: str) -> str | None:
+    """Keep the view's token where `local_token` finds it (mode 0600); its path, or
+    None where the per-user directory cannot hold it."""
+    import os
+
+    path = token_path(url)
+    if path is None:
+        return None
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return path
+
+
+def local_token(url: str) -> str | None:
+    """The token this user's collector answering at `url` left (`write_token`), if any."""
+    path = token_path(url)
+    try:
+        with open(path) as f:
+            return f.read().strip() or None
+    except (OSError, TypeError):
+        return None
+
+
 def resolve(addr: str | None) -> str:
     """A collector's HTTP view from what the user gave: its URL, HOST:PORT or PORT of
     `--http`, or the address its ranks connect to (ipc://…, tcp://…; none: the
     per-user default socket), read from the note the collector left."""
     from commviz.transport.address import AddressError, default_addr
 
+    default = addr is None or addr == default_addr()
     addr = addr or default_addr()
     if not addr.startswith(("ipc://", "tcp://")):
         return addr if "://" in addr else f"http://{addr if ':' in addr else '127.0.0.1:' + addr}"
@@ -157,8 +214,9 @@ def resolve(addr: str | None) -> str:
     except AddressError as exc:
         raise ViewError(str(exc)) from None
     except OSError:
+        start = "commviz serve" if default else f"commviz serve --listen {addr}"
         raise ViewError(f"no collector on this machine listens on {addr} with a view (no {path}): start one with "
-                        "`commviz serve --listen ADDR`, or give its --http HOST:PORT") from None
+                        f"`{start}`, or give its --http HOST:PORT") from None
     if not url.startswith("http://"):
         raise ViewError(f"{path} does not hold a collector's URL")
     return url
@@ -173,7 +231,7 @@ class RemoteFeed:
         self.url = resolve(url).rstrip("/")
         if urlparse(self.url).path not in ("", "/"):
             self.url = self.url.rsplit("/", 1)[0]
-        self.token, self.timeout_s = token, timeout_s
+        self.timeout_s = timeout_s
         self.model = None
         self.lock = None
         self.failures = 0
@@ -181,7 +239,14 @@ class RemoteFeed:
         from commviz.tui.snapshot import ModelInfo
 
         self._info = ModelInfo()
-        hello = loads(self._get("/view/hello"))
+        tokens = tokens_to_try(self.url, token)
+        for self.token in tokens:
+            try:
+                hello = loads(self._get("/view/hello"))
+                break
+            except Refused:
+                if self.token == tokens[-1]:
+                    raise
         if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
             raise ViewError(f"{self.url} speaks view protocol {getattr(hello, 'get', lambda k: None)('protocol')}, "
                             f"this commviz speaks {PROTOCOL}: run the same commviz version on both sides")
@@ -195,10 +260,12 @@ class RemoteFeed:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
                 return r.read()
         except urllib.error.HTTPError as exc:
-            hint = " (set COMMVIZ_TOKEN to the collector's token)" if exc.code == 401 else ""
+            hint = (" (another user's or machine's collector: set COMMVIZ_TOKEN to its token)"
+                    if exc.code == 401 else "")
             if exc.code == 404:
                 hint = " (is it a commviz collector started with --http?)"
-            raise ViewError(f"{self.url}{path}: {exc.code} {exc.reason}{hint}") from None
+            raise (Refused if exc.code == 401 else ViewError)(f"{self.url}{path}: {exc.code} {exc.reason}{hint}") \
+                from None
         except (urllib.error.URLError, OSError) as exc:
             raise ViewError(f"no collector answers at {self.url} ({getattr(exc, 'reason', exc)}): start one with "
                             "`commviz serve`") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import sys
 import os
+import urllib.error
 import urllib.request
 
 import pytest
@@ -274,13 +275,16 @@ def test_read_feed_takes_a_live_feeds_model_and_lag(tmp_path):
         feed.metrics_url = "http://127.0.0.1:9/metrics"
         assert "metrics http://127.0.0.1:9/metrics" in feed.status()
 
-        # `commviz serve --http` answers /metrics from the same collector
+        # `commviz serve --http` answers /metrics from the same collector; on loopback
+        # with no token, as the --metrics endpoint does, while its views want one
         from commviz.httpview import StateServer
 
-        http = StateServer(feed, "127.0.0.1", 0, extra=metrics.http_view(feed)).start()
+        http = StateServer(feed, "127.0.0.1", 0, extra=metrics.http_view(feed), loopback_token="sesame").start()
         try:
             with urllib.request.urlopen(f"{http.url}/metrics", timeout=30) as resp:
                 text = resp.read().decode()
+            with pytest.raises(urllib.error.HTTPError, match="401"):
+                urllib.request.urlopen(f"{http.url}/summary", timeout=30)
         finally:
             http.close()
         fams = {f.name: f for f in text_string_to_metric_families(text)}

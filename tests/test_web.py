@@ -9,11 +9,13 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import zlib
 
@@ -77,10 +79,29 @@ def orange_share(png: bytes) -> float:
     return hits / (w * h / 3)
 
 
-async def browse(url: str, wait_s: float) -> tuple[list[str], bytes]:
+# Before the page's own script: keep what the terminal's websocket brings (the app's
+# output, escape codes and all). xterm.js draws on a canvas, so the page holds no text.
+HOOK = """
+window.__cvzText = [];
+const Real = window.WebSocket;
+window.WebSocket = function (...a) {
+  const ws = new Real(...a);
+  ws.addEventListener("message", (e) => {
+    if (typeof e.data === "string") { window.__cvzText.push(e.data); }
+    else if (e.data instanceof Blob) { e.data.text().then((t) => window.__cvzText.push(t)); }
+    else { window.__cvzText.push(new TextDecoder().decode(e.data)); }
+  });
+  return ws;
+};
+window.WebSocket.prototype = Real.prototype;
+Object.assign(window.WebSocket, Real);
+"""
+
+
+async def browse(url: str, wait_s: float) -> tuple[list[str], bytes, str]:
     """Open `url` in headless chromium over the DevTools protocol; the body's classes
     once a second (textual-serve adds -first-byte when the app's output arrives), then
-    a screenshot."""
+    a screenshot, and the text the terminal was sent, escape codes taken out."""
     import aiohttp
 
     port = free_port()
@@ -110,6 +131,8 @@ async def browse(url: str, wait_s: float) -> tuple[list[str], bytes]:
                     if m.get("id") == i:
                         return m.get("result", {})
 
+            await call("Page.enable")
+            await call("Page.addScriptToEvaluateOnNewDocument", source=HOOK)
             await call("Page.navigate", url=url)
             t0 = time.monotonic()
             while time.monotonic() - t0 < wait_s:
@@ -120,7 +143,9 @@ async def browse(url: str, wait_s: float) -> tuple[list[str], bytes]:
                     break
                 await asyncio.sleep(1)
             shot = base64.b64decode((await call("Page.captureScreenshot", format="png"))["data"])
-        return classes, shot
+            got = await call("Runtime.evaluate", expression="window.__cvzText.join('')")
+            text = re.sub(r"\x1b\[[0-9;?$]*[A-Za-z]|\x1b\][^\x07]*\x07", "", got.get("result", {}).get("value", ""))
+        return classes, shot, text
     finally:
         p.kill()
         p.wait()
@@ -136,20 +161,27 @@ def test_the_browser_shows_the_dashboard_of_the_collector(tmp_path):
     web = subprocess.Popen([sys.executable, "-m", "commviz.cli", "web", "--connect", server.url, "--port", str(port)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        said = web.stdout.readline()  # "… at http://127.0.0.1:PORT/?token=TOKEN": the page's own token
+        page = said.rsplit(" at ", 1)[-1].strip()
+        assert page.startswith(f"http://127.0.0.1:{port}/?token="), said
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1).read()
+                urllib.request.urlopen(page, timeout=1).read()
                 break
             except OSError:
                 assert web.poll() is None and time.monotonic() < deadline, "commviz web never served its page"
                 time.sleep(0.3)
+        with pytest.raises(urllib.error.HTTPError, match="401"):  # without it, nothing
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
         before = server.requests
-        classes, shot = asyncio.run(browse(f"http://127.0.0.1:{port}/", wait_s=60))
+        classes, shot, text = asyncio.run(browse(page, wait_s=60))
         (tmp_path / "web.png").write_bytes(shot)
         assert any("-first-byte" in c for c in classes), classes
         assert server.requests - before >= 2  # the tab's dashboard asked the collector for views
         assert orange_share(shot) > 0.0005, f"the page shows no dashboard: see {tmp_path / 'web.png'}"
+        # what it drew: the ranks table of the collector's four ranks, their op among them
+        assert "Ranks 4/4" in text and "all_reduce" in text, f"see {tmp_path / 'web.png'}"
     finally:
         web.terminate()
         try:

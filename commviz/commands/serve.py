@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 
@@ -18,8 +19,9 @@ from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_
 from commviz.commands.base import Command
 
 CHECK_EVERY_S = 0.5
-# Set by a dashboard that starts its own collector (commands/_collector.py): its HTTP
-# view then wants this token even on loopback.
+# Set by a dashboard that starts its own collector (commands/_collector.py): the HTTP
+# view's token (wanted on loopback too); without it the collector makes one. Either
+# way it is kept in the per-user directory for this user's other views and scripts.
 VIEW_TOKEN_ENV = "COMMVIZ_VIEW_TOKEN"
 
 
@@ -31,7 +33,8 @@ def add_arguments(p) -> None:
                    help="seconds in one op before a rank counts as hung (default 10)")
     p.add_argument("--http", metavar="[HOST:]PORT", type=metrics_addr,
                    help="answer `commviz watch --connect`, GET /summary, /diagnoses (and /metrics) here; "
-                        "127.0.0.1 unless HOST is given, which then needs the collector's token")
+                        "127.0.0.1 unless HOST is given, which then needs the collector's token (on 127.0.0.1 "
+                        "a token of its own, which your own views and scripts find by themselves)")
     p.add_argument("--metrics", type=metrics_addr, metavar="HOST:PORT", help=METRICS_HELP + " (also on --http)")
     p.add_argument("--for", dest="for_s", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: until Ctrl-C or SIGTERM)")
@@ -48,11 +51,12 @@ def run(args, cmd: list[str]) -> int:
     from commviz.commands._dashboard import topology_option
     from commviz.httpview import StateServer
     from commviz.topo.hosts import HostTopologies
-    from commviz.viewlink import ViewSource, write_note
+    from commviz.transport.token import make_token
+    from commviz.viewlink import ViewSource, write_note, write_token
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=bool(args.ring_dir),
                         ring_dir=args.ring_dir)
-    http = endpoint = note = None
+    http = endpoint = note = token_file = None
     try:
         endpoint = start_metrics(args.metrics, feed)
         # Always a view: on --http, else on a free loopback port that the note next to
@@ -62,9 +66,10 @@ def run(args, cmd: list[str]) -> int:
         # that started this collector was given
         topo = topology_option(args.topology, local=True)
         views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
+        view_token = os.environ.get(VIEW_TOKEN_ENV) or make_token()
         http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
-                           extra=_metrics_view(feed), views=views,
-                           loopback_token=os.environ.get(VIEW_TOKEN_ENV) or None).start()
+                           extra=_metrics_view(feed), views=views, loopback_token=view_token).start()
+        token_file = write_token(f"127.0.0.1:{http.port}", view_token)
         # Before the first line a dashboard waits for: from then on it may signal us.
         stopping, notes = [], []
         signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
@@ -74,6 +79,9 @@ def run(args, cmd: list[str]) -> int:
               flush=True)
         print(f"  dashboards: commviz watch --connect {feed.addr if not args.http else f'{http.host}:{http.port}'}",
               flush=True)
+        if token_file is not None and args.http:
+            print(f"  from another machine, through ssh -L: COMMVIZ_TOKEN=$(ssh {socket.gethostname()} cat {token_file})",
+                  flush=True)
         if endpoint is not None:
             print(f"  metrics: {endpoint.url}", flush=True)
         if args.output:
@@ -82,9 +90,10 @@ def run(args, cmd: list[str]) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        if note is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(note)
+        for path in (note, token_file):
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
         if http is not None:
             http.close()
         if endpoint is not None:

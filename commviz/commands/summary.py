@@ -1,4 +1,8 @@
-"""`commviz summary FILE_OR_DIR [--json]`: the per-op table and the diagnoses of a trace."""
+"""`commviz summary FILE_OR_DIR [--json]`: the per-op table and the diagnoses of a trace
+(a `.cvz` file, a COMMVIZ_TRACE_DIR of per-rank traces, or torch's flight-recorder
+dumps and profiler traces), read in bounded memory; or, with `--live ADDR`, of a
+running `commviz serve`, now. `--json` gives the document scripts read
+(docs/ARCHITECTURE.md, "commviz summary --json")."""
 
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ def add_arguments(p) -> None:
     add_path_arguments(p, optional=True)
     p.add_argument("--live", metavar="ADDR", help="the summary of a running `commviz serve` now, instead of a "
                    "trace: its --http HOST:PORT (e.g. 127.0.0.1:9400), or on this machine the address its ranks "
-                   "use (ipc://…, tcp://…); COMMVIZ_TOKEN for one that wants a token")
+                   "use (ipc://…, tcp://…); your own collectors' tokens are found by themselves, COMMVIZ_TOKEN for "
+                   "another's")
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.add_argument("--hang-after", type=float, default=1.0, metavar="S",
                    help="ops still waiting this long at the end of the trace count as a hang (default 1)")
@@ -27,6 +32,9 @@ def run(args, cmd: list[str]) -> int:
 
     if args.live:
         from commviz.httpview import fetch_summary
+
+        if args.path:
+            raise CommvizError(f"give a trace ({args.path}) or --live {args.live}, not both")
 
         s = fetch_summary(args.live, os.environ.get("COMMVIZ_TOKEN"))
         print(json.dumps(s, indent=2) if args.json else render_summary(s, s.get("notes")))
@@ -56,4 +64,4 @@ def run(args, cmd: list[str]) -> int:
 
 
 COMMAND = Command("summary", "per-op table (or --json) of a trace file or COMMVIZ_TRACE_DIR, or of torch's "
-                  "flight-recorder dumps / profiler traces", add_arguments, run)
+                  "flight-recorder dumps / profiler traces", add_arguments, run, description=__doc__)

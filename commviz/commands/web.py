@@ -3,9 +3,11 @@ its own `commviz watch --connect` on the same collector (textual-serve starts on
 tab and draws it with xterm.js), so a tab is a view like any other: it never slows
 ingest, and closing it leaves the collector running.
 
-Bound to 127.0.0.1 unless `--host` says otherwise; any other address needs the
-collector's token, given once as `?token=TOKEN` (then kept in a cookie for the
-page's websocket)."""
+Bound to 127.0.0.1 unless `--host` says otherwise, and the page wants a token either
+way, given once as `?token=TOKEN` (then kept in a cookie for the page's websocket):
+on 127.0.0.1 one made up at start and printed in the page's address (any user on the
+machine can reach 127.0.0.1, and the page runs a dashboard as you); on any other
+address the collector's (COMMVIZ_TOKEN)."""
 
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def run(args, cmd: list[str]) -> int:
         raise CommvizError("commviz web needs textual-serve: pip install 'commviz[web]' "
                            "(or pip install textual-serve)") from exc
     from commviz.httpview import loopback_host
+    from commviz.transport.token import make_token
     from commviz.viewlink import RemoteFeed
 
     token = os.environ.get("COMMVIZ_TOKEN")
@@ -54,19 +57,17 @@ def run(args, cmd: list[str]) -> int:
     feed = RemoteFeed(args.connect, token=token)  # fail here, once, not in every tab
     # the page names its scripts and websocket by this URL: a browser elsewhere cannot reach 0.0.0.0
     shown = socket.getfqdn() if args.host in ("0.0.0.0", "::", "") else args.host
-    server = _server_class(Server, token if public else None)(command_line(feed.url), host=args.host,
-                                                              port=args.port, title="commviz",
-                                                              public_url=f"http://{shown}:{args.port}")
+    page_token = token if public else make_token()
+    server = _server_class(Server, page_token)(command_line(feed.url), host=args.host, port=args.port,
+                                               title="commviz", public_url=f"http://{shown}:{args.port}")
     print(f"commviz web: the dashboard of {feed.url} at {server.public_url}"
-          + ("/?token=…" if public else ""), flush=True)
+          + ("/?token=… (COMMVIZ_TOKEN)" if public else f"/?token={page_token}"), flush=True)
     server.serve()
     return 0
 
 
-def _server_class(base, token: str | None):
+def _server_class(base, token: str):
     """textual-serve's Server, with the token checked before any page or websocket."""
-    if token is None:
-        return base
     from aiohttp import web
 
     @web.middleware

@@ -100,6 +100,27 @@ def test_the_dashboards_own_collector_answers_no_one_without_its_token(sockdir):
         feed.close()
 
 
+def test_a_second_view_of_the_same_user_joins_the_dashboards_collector(sockdir):
+    """`watch -- CMD` in one terminal, `watch --connect` or `summary --live` in another:
+    the collector left its view's token in the per-user directory, so this user's
+    other views and scripts get in with no token given, and no one else does."""
+    from commviz.httpview import fetch_summary
+    from commviz.viewlink import RemoteFeed, local_token
+
+    addr = f"ipc://{sockdir}/w.sock"
+    feed = SpawnedFeed(SpawnedCollector(addr, None, 10.0))
+    c = _rank_sends(addr, 0, 5)
+    try:
+        assert local_token(feed.url) == feed.collector.view_token
+        other = RemoteFeed(addr, token=None)  # by the ranks' address, as `watch --connect ADDR`
+        assert wait_for(lambda: [r.ops_done for r in other.fetch(ViewQuery()).snap.rank_rows] == [5], timeout=30)
+        assert fetch_summary(addr)["per_rank"][0]["ops"]["all_reduce"]["count"] == 5
+    finally:
+        c.close()
+        feed.close()
+    assert local_token(feed.url) is None  # gone with its collector
+
+
 def test_a_preset_the_dashboard_was_given_places_the_ranks_in_its_collector(sockdir):
     """`lesson --topology PRESET` on CPU ranks: the snapshot, now taken in the
     collector, puts them on the preset's GPUs."""

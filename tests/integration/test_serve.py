@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -27,13 +28,13 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
     srv = subprocess.Popen(commviz("serve", "--listen", addr, "--http", str(port), "-o", str(out), "--for", "120"),
                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
+        from commviz.viewlink import local_token, token_path
+
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/summary", timeout=1).read()
-                break
-            except OSError:
-                time.sleep(0.2)
+        while local_token(f"127.0.0.1:{port}") is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        token = local_token(f"127.0.0.1:{port}")
+        assert token and os.stat(token_path(f"127.0.0.1:{port}")).st_mode & 0o077 == 0  # this user's only
         job = run(torchrun(4, ALLREDUCE, "--iters", "30", "--numel", "1024"), env={"COMMVIZ_ADDR": addr})
         assert job.returncode == 0, job.stderr[-2000:]
         deadline = time.monotonic() + 20
@@ -54,7 +55,12 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
             snap = v.fetch(ViewQuery()).snap
             assert [(row.rank, row.ops_done, row.bytes) for row in snap.rank_rows] == \
                 [(r, 30, 30 * 4096) for r in range(4)]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/nothing") as r:
+        # loopback is no trust boundary: another user on the machine, without the token, gets nothing
+        for path in ("/summary", "/view/hello"):
+            with pytest.raises(urllib.error.HTTPError, match="401"):
+                urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5)
+        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/nothing", headers={
+                "Authorization": f"Bearer {token}"})) as r:
             pytest.fail(f"an unknown path answered {r.status}")
     except urllib.error.HTTPError as exc:
         assert exc.code == 404 and b"/summary" in exc.read()
@@ -63,5 +69,6 @@ def test_serve_collects_a_job_and_answers_its_summary_live(isolated_env):
         stdout, _ = srv.communicate(timeout=30)
     assert "4 ranks connected" in stdout and "stopped" in stdout
     assert not os.path.exists(f"{isolated_env}/sock/serve.sock.http")  # its note went with it
+    assert local_token(f"127.0.0.1:{port}") is None  # and its token
     s = json.loads(run(commviz("summary", str(out), "--json")).stdout)
     assert [pr["ops"]["all_reduce"]["count"] for pr in s["per_rank"]] == [30] * 4

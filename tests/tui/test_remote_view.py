@@ -204,3 +204,28 @@ def test_views_asking_the_same_at_once_share_one_snapshot():
     now[0] += 0.2
     src.view(plain)
     assert src.taken == 3
+
+
+def test_through_a_tunnel_the_given_token_gets_in_past_a_stale_one_of_this_users(tmp_path, monkeypatch):
+    """`ssh -L 9400:127.0.0.1:9400 node7`, then on the laptop `COMMVIZ_TOKEN=… commviz
+    watch --connect 127.0.0.1:9400`: the laptop's own collector once on that port left
+    its token behind. The view and `summary --live` offer this user's token first, then
+    the one given; a wrong one is refused, saying what to set."""
+    from commviz.httpview import fetch_summary
+    from commviz.viewlink import Refused, write_token
+
+    private = tmp_path / "run"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(private))
+    feed = busy_feed()
+    server = StateServer(feed, "127.0.0.1", 0, views=ViewSource(feed), loopback_token="node7s").start()
+    try:
+        write_token(server.url, "left behind")
+        assert RemoteFeed(server.url, token="node7s").fetch(ViewQuery()).snap is not None
+        assert [r["rank"] for r in fetch_summary(server.url, "node7s")["per_rank"]] == [0, 1]
+        with pytest.raises(Refused, match="set COMMVIZ_TOKEN"):
+            RemoteFeed(server.url, token="a guess")
+        with pytest.raises(CommvizError, match="401"):
+            fetch_summary(server.url, None)
+    finally:
+        server.close()
