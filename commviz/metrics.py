@@ -21,6 +21,11 @@ never sheds):
   commviz_op_latency_seconds{group,op,quantile}   summary: p50/p99 (quantile 0.5, 0.99) of the
                                                   instance time, as `commviz summary` gives them;
                                                   _sum and _count exact over the timed instances
+  commviz_op_duration_seconds{group,op,le}        histogram of the same instance times, every
+                                                  timed instance counted in its bucket (10 µs
+                                                  to 60 s, 1-2.5-5 a decade): exact, so it adds
+                                                  up across collectors and `histogram_quantile`
+                                                  reads it
   commviz_rank_state{rank,state}                  1 for the rank's state, 0 for the others
                                                   (ok, waiting, hung, missing, dead, exited)
   commviz_ranks{state}                            ranks in each state
@@ -40,12 +45,13 @@ never sheds):
   commviz_connections_refused_total{reason}       token, limit
   commviz_job_info{job,backend}, commviz_world_size, commviz_group_size{group,name}
 
-No latency histogram: the model keeps each (op, group)'s durations as a uniform
-reservoir (65,536 samples, `model/stats.py`), not bucket counts; buckets derived from
-it would go down as samples are replaced, which `rate()` reads as counter resets.
-Exact buckets need counting on the ingest path (`OpStats.add` and the batch path's
-`columns._fold_fast`); until then the summary's p50/p99 and the exact _sum/_count
-(mean latency: rate(_sum) / rate(_count)) stand in.
+Two latency families: the summary's p50/p99 come from each (op, group)'s uniform
+reservoir (65,536 samples, `model/stats.py`), the figures `commviz summary` prints,
+which cannot be added up across collectors or relabelled rows; the histogram's
+buckets are counted on the ingest path (`OpStats.add`, which the batch path's
+`columns._fold_fast` calls too), one per timed instance, so they only grow. While
+shedding, instances are folded in untimed (`commviz_ingest_shed_instances_total`)
+and neither family moves.
 
 Cardinality, bounded at 1,024 ranks and beyond:
 - `op` is a catalogue name (`commviz/ops.py`, 57 today) or "other" for a name the
@@ -58,8 +64,9 @@ Cardinality, bounded at 1,024 ranks and beyond:
   practice ranks x the (op, group) pairs a rank uses: a 1,024-rank job whose ranks
   each run 3 ops, each on a group of its own (tensor-parallel, data-parallel, world:
   137 groups), exposes 6,144 call and byte series, 6,144 rank states and 1,024 drop
-  counters, ~13,400 series in all (tests/test_metrics.py holds it under 16,000); the
-  per-op families at most (ops + 1) x (MAX_GROUPS + 1).
+  counters, ~13,900 series in all with the latency histogram's (tests/test_metrics.py
+  holds it under 16,000); the per-op families at most (ops + 1) x (MAX_GROUPS + 1)
+  rows, the histogram 24 series a row (21 bounds, +Inf, _sum, _count).
 - `commviz_hang_age_seconds` names each hang's exact group and seq, at most
   `MAX_HANGS` (32) of them, the longest waits first.
 """
@@ -72,13 +79,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.metrics_core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric,
+                                             SummaryMetricFamily)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from commviz import ops as opcat
 from commviz.errors import CommvizError
 from commviz.model.diagnosis import Kind, RankStatus
 from commviz.model.state import MetricsView
+from commviz.model.stats import BUCKETS_NS
 from commviz.watcher import IngestCounts
 
 DEFAULT_HOST = "127.0.0.1"
@@ -277,14 +287,17 @@ def _job_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
 
 def _op_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
     v = reading.view
-    rows: dict[tuple[str, str], list] = {}  # (group, op) labels -> [count, errors, timed, time_ns, model keys]
+    # (group, op) labels -> [count, errors, timed, time_ns, model keys, bucket counts]
+    rows: dict[tuple[str, str], list] = {}
     for o in v.ops:
-        row = rows.setdefault((labels.label(o.group), op_label(o.op)), [0, 0, 0, 0, []])
+        row = rows.setdefault((labels.label(o.group), op_label(o.op)), [0, 0, 0, 0, [], [0] * (len(BUCKETS_NS) + 1)])
         row[0] += o.count
         row[1] += o.errors
         row[2] += o.timed
         row[3] += o.time_ns
         row[4].append((o.op, o.group))
+        for i, n in enumerate(o.hist):  # buckets add up: a merged row ("other") is the sum of its parts
+            row[5][i] += n
     inst = CounterMetricFamily("commviz_op_instances_total",
                                "Instances folded into the statistics (a collective once, a p2p op once per end).",
                                labels=["group", "op"])
@@ -294,7 +307,10 @@ def _op_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
                               "Instance time (the shortest rank-side duration, device time where measured): "
                               "p50/p99 of a bounded sample, exact sum and count.",
                               labels=["group", "op"])
-    for (group, op), (count, errors, timed, time_ns, keys) in sorted(rows.items()):
+    dur = HistogramMetricFamily("commviz_op_duration_seconds",
+                                "Instance time (as commviz_op_latency_seconds), every timed instance counted in "
+                                "its bucket.", labels=["group", "op"])
+    for (group, op), (count, errors, timed, time_ns, keys, hist) in sorted(rows.items()):
         inst.add_metric([group, op], count)
         errs.add_metric([group, op], errors)
         # a label row that is one model row has its percentiles; a merged one ("other")
@@ -305,7 +321,12 @@ def _op_families(reading: Reading, labels: GroupLabels) -> list[Metric]:
                 lat.add_sample("commviz_op_latency_seconds", {"group": group, "op": op, "quantile": str(label)},
                                ns / 1e9)
         lat.add_metric([group, op], timed, time_ns / 1e9)
-    return [inst, errs, lat]
+        cum, buckets = 0, []
+        for bound, n in zip((*(b / 1e9 for b in BUCKETS_NS), float("inf")), hist):
+            cum += n
+            buckets.append((floatToGoString(bound), cum))
+        dur.add_metric([group, op], buckets, time_ns / 1e9)
+    return [inst, errs, lat, dur]
 
 
 class CommvizCollector(Collector):

@@ -117,6 +117,17 @@ def test_counters_are_the_models_exact_counts_per_rank_group_and_op():
     assert series(got, "commviz_op_latency_seconds_count")[L(group="0", op="all_reduce")] == 3
     # each instance's time is its shortest rank-side duration: rank 0's 100 µs
     assert series(got, "commviz_op_latency_seconds_sum")[L(group="0", op="all_reduce")] == pytest.approx(3e-4)
+    # and every timed instance in its latency bucket, exactly (a bound is inclusive)
+    hist = series(got, "commviz_op_duration_seconds_bucket")
+    assert hist[L(group="0", op="all_reduce", le="5e-05")] == 0
+    assert hist[L(group="0", op="all_reduce", le="0.0001")] == 3  # 100 µs: in the 100 µs bucket
+    assert hist[L(group="0", op="all_reduce", le="+Inf")] == 3
+    assert hist[L(group="tp", op="broadcast", le="2.5e-05")] == 0
+    assert hist[L(group="tp", op="broadcast", le="5e-05")] == 2
+    assert series(got, "commviz_op_duration_seconds_count")[L(group="0", op="all_reduce")] == 3
+    assert series(got, "commviz_op_duration_seconds_sum")[L(group="0", op="all_reduce")] == pytest.approx(3e-4)
+    les = [float(dict(lab)["le"]) for lab in hist if dict(lab)["op"] == "all_reduce"]
+    assert les == sorted(les) and les[0] == 1e-5 and les[-2] == 60.0  # 10 µs to a minute, then +Inf
 
     states = series(got, "commviz_rank_state")
     assert states[L(rank="0", state="ok")] == 1 and states[L(rank="0", state="hung")] == 0
@@ -235,6 +246,9 @@ def test_the_endpoint_serves_what_prometheus_parses():
     lat = fams["commviz_op_latency_seconds"]
     assert lat.type == "summary"
     assert {s.labels.get("quantile") for s in lat.samples if s.name == "commviz_op_latency_seconds"} == {"0.5", "0.99"}
+    dur = fams["commviz_op_duration_seconds"]
+    assert dur.type == "histogram"
+    assert {s.labels["le"]: s.value for s in dur.samples if s.name.endswith("_bucket")}["0.00025"] == 5.0
     assert fams["commviz_rank_state"].type == "gauge"
     assert "process_cpu_seconds" in fams or sys.platform != "linux"  # the collector's own CPU
 

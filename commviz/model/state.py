@@ -100,8 +100,9 @@ class RankCounts:
 class OpTotals:
     """One (op, group) row of the statistics: instances folded in (a collective
     counts once, a point-to-point op once per end), their bytes and errors, and the
-    timed ones' count and summed time (ns). Only instances every member has left:
-    these only grow, so they can be read as counters."""
+    timed ones' count, summed time (ns) and count per latency bucket (`stats.BUCKETS_NS`,
+    then one past them). Only instances every member has left: these only grow, so
+    they can be read as counters."""
 
     op: str
     group: str
@@ -110,6 +111,7 @@ class OpTotals:
     errors: int
     timed: int
     time_ns: int
+    hist: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -832,7 +834,7 @@ class Model:
             for rank, r in sorted(self.ranks.items())
         )
         ops = tuple(
-            OpTotals(op, group, st.count, st.bytes, st.errors, st.timed, st.time_ns)
+            OpTotals(op, group, st.count, st.bytes, st.errors, st.timed, st.time_ns, tuple(st.hist))
             for (op, group), st in sorted(self.stats.items(), key=lambda kv: (kv[0][1], kv[0][0]))
         )
         kinds: dict[str, int] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections.abc import Sequence
@@ -9,10 +10,15 @@ from collections.abc import Sequence
 # Exact percentiles up to this many samples per row, then uniform reservoir sampling,
 # so memory stays bounded over hours of events.
 RESERVOIR = 65536
+# Upper bounds (ns) of the latency buckets every timed instance is counted in, exactly
+# (Prometheus' histogram, `commviz_op_duration_seconds`): 10 µs to a minute, 1-2.5-5 a
+# decade, as collectives span (a small gloo all_reduce ~10 µs, a straggler's seconds);
+# one more bucket past the last (+Inf).
+BUCKETS_NS = tuple(int(m * 10 ** e) for e in range(4, 10) for m in (1, 2.5, 5)) + (10 ** 10, 3 * 10 ** 10, 6 * 10 ** 10)
 
 
 class OpStats:
-    __slots__ = ("count", "bytes", "errors", "time_ns", "timed", "timed_bytes", "_samples", "_rng")
+    __slots__ = ("count", "bytes", "errors", "time_ns", "timed", "timed_bytes", "_samples", "_rng", "hist")
 
     def __init__(self) -> None:
         self.count = 0
@@ -23,6 +29,7 @@ class OpStats:
         self.timed_bytes = 0
         self._samples: list[int] = []
         self._rng = random.Random(0)
+        self.hist = [0] * (len(BUCKETS_NS) + 1)  # timed instances per bucket (BUCKETS_NS; the last: above them)
 
     def copy(self) -> OpStats:
         """An independent copy (its own samples), to fold more instances into."""
@@ -30,6 +37,7 @@ class OpStats:
         c.count, c.bytes, c.errors = self.count, self.bytes, self.errors
         c.time_ns, c.timed, c.timed_bytes = self.time_ns, self.timed, self.timed_bytes
         c._samples = list(self._samples)
+        c.hist = list(self.hist)
         return c
 
     def add(self, nbytes: int, duration_ns: int | None, error: bool = False) -> None:
@@ -43,6 +51,7 @@ class OpStats:
         self.time_ns += duration_ns
         self.timed += 1
         self.timed_bytes += nbytes
+        self.hist[bisect.bisect_left(BUCKETS_NS, duration_ns)] += 1
         if len(self._samples) < RESERVOIR:
             self._samples.append(duration_ns)
         else:
