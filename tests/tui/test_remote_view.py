@@ -206,6 +206,44 @@ def test_views_asking_the_same_at_once_share_one_snapshot():
     assert src.taken == 3
 
 
+def test_views_with_foci_of_their_own_take_at_most_a_share_of_the_collector(monkeypatch):
+    """Twenty people each focused on a rank of their own: each asks a question no one
+    else does, so none share. Their snapshots together must leave the collector's
+    ingest the rest of its time (VIEW_SHARE): past that, answers come later; one view
+    alone at 4 Hz is never held back."""
+    from commviz import viewlink
+
+    from .scenes import busy_ring
+
+    now = [100.0]
+    monkeypatch.setattr("commviz.tui.snapshot.fetch", _costing(now, 0.040))  # a 1,024-rank snapshot
+    src = ViewSource(busy_ring(4), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    t0 = now[0]
+    for tick in range(10):
+        for focus in range(20):
+            src.view(ViewQuery(focus=focus).encode())
+    busy = src.taken * 0.040
+    assert src.taken == 200 and busy <= viewlink.VIEW_SHARE * (now[0] - t0) + 0.040  # (the last one's rest to come)
+    assert src.waited_s > 0
+
+    alone = ViewSource(busy_ring(4), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    for _ in range(20):
+        alone.view(ViewQuery(focus=1).encode())
+        now[0] += 0.25  # a view's own 4 Hz
+    assert alone.waited_s == 0
+
+
+def _costing(now: list, cost_s: float):
+    """`tui.snapshot.fetch` that takes `cost_s` of the (fake) clock."""
+    from commviz.tui.snapshot import fetch
+
+    def slow(*a, **kw):
+        now[0] += cost_s
+        return fetch(*a, **kw)
+
+    return slow
+
+
 def test_through_a_tunnel_the_given_token_gets_in_past_a_stale_one_of_this_users(tmp_path, monkeypatch):
     """`ssh -L 9400:127.0.0.1:9400 node7`, then on the laptop `COMMVIZ_TOKEN=… commviz
     watch --connect 127.0.0.1:9400`: the laptop's own collector once on that port left
