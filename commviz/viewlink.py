@@ -92,6 +92,8 @@ class ViewQuery:
 
 
 SHARE_S = 0.1  # views asking the same within this share one snapshot (they ask at 4 Hz)
+KEEP_S = 10.0  # the latest answer to each question is kept this long (while the budget is spent)
+KEEP_MAX = 64  # and for this many questions at most (at 1,024 ranks ~240 KB each)
 # The share of the collector's time that views' snapshots may take, all views together:
 # after a snapshot that took `c`, the next waits until c / VIEW_SHARE has passed since
 # it began. One view at 4 Hz never waits (1,024 ranks: ~40 ms a snapshot and its
@@ -108,8 +110,9 @@ class ViewSource:
     answer: a room of people watching one job costs the collector one snapshot a
     tick, not one each (at 1,024 ranks a snapshot and its pickle are ~40 ms); and
     snapshots together take at most `VIEW_SHARE` of its time, however many views ask
-    different questions: past that a view's answer comes later (it asks again only
-    once answered, so it just draws less often)."""
+    different questions: past that a view gets the latest answer to its question
+    (fresher when the budget allows), and only a view asking for the first time
+    waits for one."""
 
     def __init__(self, feed, topology=None, hosts=None, title: str = "commviz serve",
                  clock=time.monotonic, sleep=time.sleep) -> None:
@@ -121,7 +124,8 @@ class ViewSource:
         self._last: dict[ViewQuery, tuple[float, bytes]] = {}
         self._next_at = 0.0  # the next snapshot may begin then (VIEW_SHARE)
         self.taken = 0  # snapshots taken (the rest of the answers were shared)
-        self.waited_s = 0.0  # how long answers were held back for VIEW_SHARE
+        self.waited_s = 0.0  # how long first questions were held back for VIEW_SHARE
+        self.stale = 0  # answers given again while the budget was spent
 
     def hello(self) -> bytes:
         return dumps({"protocol": PROTOCOL, "title": self.title, "topology": self.topology})
@@ -130,13 +134,18 @@ class ViewSource:
         from commviz.tui.snapshot import fetch
 
         q = ViewQuery.decode(query)
+        asked = self._clock()
         with self._lock:
             now = self._clock()
             hit = self._last.get(q)
-            if hit is not None and now - hit[0] < SHARE_S:
+            # made since it was asked (while it waited for the lock), or just before
+            if hit is not None and hit[0] >= asked - SHARE_S:
                 return hit[1]
-            if now < self._next_at:  # (the lock held: the views behind wait too, then share)
-                self._sleep(self._next_at - now)
+            if now < self._next_at:
+                if hit is not None:  # the budget is spent: the latest answer to this question
+                    self.stale += 1
+                    return hit[1]
+                self._sleep(self._next_at - now)  # a first question waits (the lock held: one at a time)
                 self.waited_s += self._next_at - now
                 now = self._clock()
             body = dumps(fetch(self.feed, q.focus, self.topology, q.frozen, q.simulate,
@@ -144,7 +153,8 @@ class ViewSource:
             done = self._clock()
             self._next_at = now + (done - now) / VIEW_SHARE
             self.taken += 1
-            self._last = {k: v for k, v in self._last.items() if done - v[0] < SHARE_S}
+            kept = sorted(((t, k) for k, (t, _) in self._last.items() if done - t < KEEP_S and k != q), reverse=True)
+            self._last = {k: self._last[k] for _, k in kept[:KEEP_MAX - 1]}
             self._last[q] = (done, body)
             return body
 
@@ -170,48 +180,89 @@ def write_note(listen_addr: str, url: str) -> str:
     return path
 
 
-def token_path(url: str) -> str | None:
-    """Where this user's collector whose HTTP view answers at `url` keeps that view's
-    token (None where `url` is not on this machine): in the per-user 0700 directory,
-    so a view or script of the same user finds it, and no other user can. Loopback
-    is no trust boundary (transport/token.py): the view carries stacks, hosts and
-    paths, so it wants a token there too."""
-    import os
-
+def _token_name(url: str) -> str | None:
+    """`view-<host>-<port>.token` for a loopback `url` (None for any other): named by
+    the exact host, so a token is offered only where its collector answered."""
     from commviz.httpview import loopback_host
-    from commviz.transport.address import AddressError, private_dir
 
     u = urlparse(url if "://" in url else f"http://{url}")
-    if u.port is None or not loopback_host(u.hostname or ""):
+    host = (u.hostname or "").lower()
+    if u.port is None or not loopback_host(host):
         return None
-    try:
-        return os.path.join(private_dir(), f"view-{u.port}.token")
-    except (AddressError, OSError):
-        return None
+    return f"view-{host.replace(':', '_')}-{u.port}.token"
 
 
-def write_token(url: str, token: str) -> str | None:
-    """Keep the view's token where `local_token` finds it (mode 0600); its path, or
-    None where the per-user directory cannot hold it."""
+def token_path(url: str) -> str | None:
+    """Where this user's collector whose HTTP view answers at `url` keeps that view's
+    token (None where `url` is not on this machine's loopback): in the per-user 0700
+    directory, so a view or script of the same user finds it, and no other user can.
+    Loopback is no trust boundary (transport/token.py): the view carries stacks,
+    hosts and paths, so it wants a token there too. Raises AddressError (its words
+    name the fix) where the per-user directory is not private."""
+    import os
+
+    from commviz.transport.address import private_dir
+
+    name = _token_name(url)
+    return None if name is None else os.path.join(private_dir(), name)
+
+
+def _token_dirs() -> list[str]:
+    """The per-user directories a collector of this user may have kept a token in:
+    `$XDG_RUNTIME_DIR/commviz-UID` (or systemd's `/run/user/UID`) and the temp dir's
+    `commviz-UID` (a collector started from a login session, a script from cron, which
+    has no XDG_RUNTIME_DIR), each only if it is private."""
+    import os
+    import tempfile
+
+    from commviz.transport.address import AddressError, check_private_dir
+
+    bases = [os.environ.get("XDG_RUNTIME_DIR") or "", f"/run/user/{os.getuid()}", tempfile.gettempdir()]
+    out = []
+    for base in dict.fromkeys(b for b in bases if b and os.path.isdir(b)):
+        d = os.path.join(base, f"commviz-{os.getuid()}")
+        try:
+            check_private_dir(d)
+        except (AddressError, OSError):
+            continue
+        out.append(d)
+    return out
+
+
+def write_token(url: str, token: str) -> str:
+    """Keep the view's token where `local_token` finds it: written whole to a new 0600
+    file, then renamed into place (a reader never sees half of it). Its path; raises
+    AddressError or OSError where it cannot be kept."""
     import os
 
     path = token_path(url)
     if path is None:
-        return None
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        raise ValueError(f"{url} is not on loopback")
+    tmp = f"{path}.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(token + "\n")
+    os.replace(tmp, path)
     return path
 
 
 def local_token(url: str) -> str | None:
     """The token this user's collector answering at `url` left (`write_token`), if any."""
-    path = token_path(url)
-    try:
-        with open(path) as f:
-            return f.read().strip() or None
-    except (OSError, TypeError):
+    import os
+
+    name = _token_name(url)
+    if name is None:
         return None
+    for d in _token_dirs():
+        try:
+            fd = os.open(os.path.join(d, name), os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd) as f:
+                token = f.read().strip()
+        except OSError:
+            continue
+        if token:
+            return token
+    return None
 
 
 def resolve(addr: str | None) -> str:
@@ -256,6 +307,7 @@ class RemoteFeed:
         from commviz.tui.snapshot import ModelInfo
 
         self._info = ModelInfo()
+        self._given = token
         tokens = tokens_to_try(self.url, token)
         for self.token in tokens:
             try:
@@ -303,7 +355,14 @@ class RemoteFeed:
         from commviz.tui.snapshot import Fetched
 
         try:
-            got = loads(self._get("/view?" + query.encode()))
+            try:
+                got = loads(self._get("/view?" + query.encode()))
+            except Refused:  # the collector came back with a new token: this user's own, left anew
+                fresh = [t for t in tokens_to_try(self.url, self._given) if t != self.token]
+                if not fresh:
+                    raise
+                self.token = fresh[0]
+                got = loads(self._get("/view?" + query.encode()))
             if not isinstance(got, Fetched):
                 raise ViewError(f"{self.url}/view answered a {type(got).__name__}, not a snapshot")
         except ViewError as exc:  # on the update thread: said on the status line, never raised there

@@ -52,7 +52,7 @@ def run(args, cmd: list[str]) -> int:
     from commviz.httpview import StateServer
     from commviz.topo.hosts import HostTopologies
     from commviz.transport.token import make_token
-    from commviz.viewlink import ViewSource, write_note, write_token
+    from commviz.viewlink import ViewSource, write_note
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=bool(args.ring_dir),
                         ring_dir=args.ring_dir)
@@ -68,8 +68,9 @@ def run(args, cmd: list[str]) -> int:
         views = ViewSource(feed, topo, HostTopologies(local=topo), title=f"collector {feed.addr}")
         view_token = os.environ.get(VIEW_TOKEN_ENV) or make_token()
         http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
-                           extra=_metrics_view(feed), views=views, loopback_token=view_token).start()
-        token_file = write_token(f"127.0.0.1:{http.port}", view_token)
+                           extra=_metrics_view(feed), views=views, loopback_token=view_token)
+        token_file = _keep_token(http, view_token)  # before it answers: a script polling it gets in at once
+        http.start()
         # Before the first line a dashboard waits for: from then on it may signal us.
         stopping, notes = [], []
         signal.signal(signal.SIGTERM, lambda *a: stopping.append("SIGTERM"))
@@ -80,6 +81,7 @@ def run(args, cmd: list[str]) -> int:
         print(f"  dashboards: commviz watch --connect {feed.addr if not args.http else f'{http.host}:{http.port}'}",
               flush=True)
         if token_file is not None and args.http:
+            print(f"  its token (your own views and scripts find it): {token_file}", flush=True)
             print(f"  from another machine, through ssh -L: COMMVIZ_TOKEN=$(ssh {socket.gethostname()} cat {token_file})",
                   flush=True)
         if endpoint is not None:
@@ -104,6 +106,25 @@ def run(args, cmd: list[str]) -> int:
     print(f"commviz serve: stopped · {len(s['ranks'])} ranks · {s['events']} events"
           + (f" · trace in {args.output}" if args.output else ""), flush=True)
     return 0
+
+
+def _keep_token(http, token: str) -> str | None:
+    """The view's token, kept for this user's views and scripts where they will ask:
+    the loopback address the view is bound to (127.0.0.1 for every interface); none
+    for another address, where COMMVIZ_TOKEN is asked. Its file, or None (said)."""
+    from commviz.httpview import loopback_host
+    from commviz.transport.address import AddressError
+    from commviz.viewlink import write_token
+
+    host = "127.0.0.1" if http.host in ("0.0.0.0", "::", "") else http.host
+    if not loopback_host(host):
+        return None
+    try:
+        return write_token(f"{'[' + host + ']' if ':' in host else host}:{http.port}", token)
+    except (AddressError, OSError) as exc:
+        print(f"commviz serve: cannot keep the view's token for your other views and scripts ({exc}); "
+              "they will need COMMVIZ_TOKEN", file=sys.stderr, flush=True)
+        return None
 
 
 def _loop(feed, stopping: list, for_s: float | None, notes: list | None = None, parent: int | None = None) -> None:

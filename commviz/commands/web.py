@@ -21,7 +21,7 @@ from commviz.commands.base import Command
 from commviz.errors import CommvizError
 
 DEFAULT_PORT = 8566
-COOKIE = "commviz_token"
+COOKIE = "commviz_token_{port}"  # by port: a browser sends a host's cookies to all its ports
 
 
 def add_arguments(p) -> None:
@@ -58,7 +58,7 @@ def run(args, cmd: list[str]) -> int:
     # the page names its scripts and websocket by this URL: a browser elsewhere cannot reach 0.0.0.0
     shown = socket.getfqdn() if args.host in ("0.0.0.0", "::", "") else args.host
     page_token = token if public else make_token()
-    server = _server_class(Server, page_token)(command_line(feed.url), host=args.host, port=args.port,
+    server = _server_class(Server, page_token, args.port)(command_line(feed.url), host=args.host, port=args.port,
                                                title="commviz", public_url=f"http://{shown}:{args.port}")
     print(f"commviz web: the dashboard of {feed.url} at {server.public_url}"
           + ("/?token=… (COMMVIZ_TOKEN)" if public else f"/?token={page_token}"), flush=True)
@@ -66,18 +66,20 @@ def run(args, cmd: list[str]) -> int:
     return 0
 
 
-def _server_class(base, token: str):
+def _server_class(base, token: str, port: int):
     """textual-serve's Server, with the token checked before any page or websocket."""
     from aiohttp import web
 
+    cookie = COOKIE.format(port=port)
+
     @web.middleware
     async def check(request, handler):
-        given = request.query.get("token") or request.cookies.get(COOKIE, "")
+        given = request.query.get("token") or request.cookies.get(cookie, "")
         if not hmac.compare_digest(given.encode(), token.encode()):
             return web.Response(status=401, text="a token is needed: open this page with ?token=TOKEN\n")
         response = await handler(request)
         if request.query.get("token") and isinstance(response, web.Response):
-            response.set_cookie(COOKIE, given, httponly=True, samesite="Strict")
+            response.set_cookie(cookie, given, httponly=True, samesite="Strict")
         return response
 
     class TokenServer(base):
