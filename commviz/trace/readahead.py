@@ -133,8 +133,11 @@ class ChildMerge:
         self.pid = pid
         self._data = os.fdopen(data_r, "rb")
         self._free = os.fdopen(free_w, "wb", buffering=0)
-        self._free.write(bytes(range(SLOTS)))
         self._done = False
+        try:
+            self._free.write(bytes(range(SLOTS)))
+        except BrokenPipeError:
+            pass  # the child failed (or finished) first: what it said waits in the data pipe
 
     def __iter__(self) -> Iterator[Chunk]:
         ended = False

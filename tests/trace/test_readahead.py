@@ -3,6 +3,7 @@ process gives, to the problem lines, and the child never outlives the read."""
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -64,7 +65,10 @@ def test_per_rank_files_in_a_directory(tmp_path, small, write_trace):
     assert child == mine and mine[0]["ops"][0]["count"] == 2
 
 
-def test_what_fails_in_the_child_is_raised_here(tmp_path, small, synth, monkeypatch):
+@pytest.mark.parametrize("parent_late", [False, True])
+def test_what_fails_in_the_child_is_raised_here(tmp_path, small, synth, monkeypatch, parent_late):
+    """`parent_late`: the child fails and is gone before this process hands it its
+    slots (on a loaded box, once: a BrokenPipeError instead of the child's words)."""
     p = tmp_path / "t.cvz"
     synth.write(str(p), ranks=4, ops=50)
     s = open_trace(p)
@@ -74,6 +78,16 @@ def test_what_fails_in_the_child_is_raised_here(tmp_path, small, synth, monkeypa
         yield
 
     monkeypatch.setattr(s, "chunks", broken)
+    if parent_late:
+        real = readahead.os.fdopen
+
+        def late(fd, mode="r", buffering=-1, **kw):
+            if mode == "wb" and buffering == 0 and os.getpid() == here:  # this process's end of the slots' pipe
+                time.sleep(1.0)
+            return real(fd, mode, buffering, **kw)
+
+        here = os.getpid()
+        monkeypatch.setattr(readahead.os, "fdopen", late)
     with pytest.raises(ValueError, match="the disk said no"):
         Model(flows=False).ingest_chunks(readahead.chunks(s))
 
