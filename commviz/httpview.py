@@ -73,7 +73,8 @@ class StateServer:
         return self
 
     def close(self) -> None:
-        self.httpd.shutdown()
+        if self.thread.is_alive():  # (shutdown waits for a serving loop: one never started would never answer)
+            self.httpd.shutdown()
         self.httpd.server_close()
 
     def summary(self) -> dict:

@@ -24,7 +24,7 @@ def both(tmp_path, job: str) -> tuple[list[dict], list[dict], dict, list[OpStart
     for how in ("plain", "commviz"):
         out = tmp_path / how
         cmd = [os.path.join(JOBS, job), "--report", str(out)]
-        env = {"TORCH_FR_BUFFER_SIZE": "2000"}
+        env = {"TORCH_FR_BUFFER_SIZE": "2000", "PYTHONFAULTHANDLER": "1"}  # a rank that aborts shows its threads
         if how == "commviz":
             sock = tmp_path / "sock"
             sock.mkdir(mode=0o700)
