@@ -117,6 +117,13 @@ class RankView:
         if not self.gone(rank):
             return False
         r = self.model.ranks[rank]
+        if r.stopped is not None:
+            # Stopped by commviz with the run (record's hang timeout, a quit watch): it
+            # died with the others, however far apart their ends reached us (on a
+            # loaded box, more than the grace apart, and the others' ops failing for
+            # it: then it was blamed as a dead rank, in place of the hang it was
+            # stopped for).
+            return False
         if r.status is RankStatus.EXITED and r.gone_reason == "exit":
             # It said goodbye on a normal interpreter exit: it will not come back to a
             # collective it has not entered, whenever the others notice.
@@ -125,8 +132,12 @@ class RankView:
         return other is not None and other - self.death_t(rank) >= self.th.dead_grace_ns
 
     def dead_cause(self, rank: int, evidence: bool) -> bool:
-        """Gone and to blame: it died early, or a waiter's op failed while it was gone."""
-        return self.gone(rank) and (evidence or self.died_early(rank))
+        """Gone and to blame: it died early, or a waiter's op failed while it was gone;
+        never a rank commviz stopped with the run (the waiters' ops then fail because
+        of that stop, not of it)."""
+        if not self.gone(rank) or self.model.ranks[rank].stopped is not None:
+            return False
+        return evidence or self.died_early(rank)
 
     def gone_note(self, rank: int) -> str | None:
         return self.model.gone_note(rank)

@@ -299,6 +299,32 @@ def test_ranks_the_watcher_stopped_say_so():
     assert "stopped by commviz record after 3 s" in msg and "killed?" not in msg
 
 
+def test_ranks_the_watcher_stopped_apart_are_not_blamed_as_dead():
+    """`record --hang-timeout` stops a hang (ranks 0 and 1 in an all_reduce of their
+    group of three, rank 2 in a barrier with rank 3 instead). On a loaded box ranks 0
+    and 1 went first, their ends reached the trace seconds before the others', and the
+    barrier then failed on 2 and 3: the summary blamed 0 and 1 as dead ranks, in place
+    of the hang they were stopped for, with rank 2 missing."""
+    from commviz.events import Counters, Stopped
+
+    j = Job(4, {"0": [0, 1, 2, 3], "1": [0, 1, 2]}, hang_after_s=1.0)  # as `summary` reads a trace
+    for r in (0, 1):
+        j.start(r, 1.0, group="1", seq=0)
+    bars = {r: j.start(r, 1.1, op="barrier", group="0", seq=0) for r in (2, 3)}
+    for r in range(4):
+        j.m.ingest(r, Counters(int(7.0 * S)))
+        j.m.ingest(r, Stopped(int(7.1 * S), "commviz record", "hang", 6.0))
+    for r in (0, 1):
+        j.m.mark_gone(r, "no goodbye in the trace (killed?)", int(7.2 * S))
+    for r in (2, 3):  # seconds later: their barrier fails for want of 0 and 1, then they go
+        j.end(r, bars[r], 10.0, error="Connection closed by peer")
+        j.m.mark_gone(r, "no goodbye in the trace (killed?)", int(10.1 * S))
+    kinds = {d["kind"]: d for d in j.m.summary()["diagnoses"]}
+    assert "dead_rank" not in kinds
+    d = kinds["hang"]
+    assert (d["group"], d["missing_ranks"], d["culprit_ranks"]) == ("1", [2], [2])
+
+
 def test_interrupted_job_is_not_a_dead_rank():
     j = Job(2)
     a = j.start(0, 1.0, seq=0)
