@@ -402,7 +402,7 @@ class Model:
         t = getattr(ev, "t", None)
         if t is not None:
             tw = t + r.offset_ns
-            if tw > r.last_seen:
+            if tw > r.last_seen and type(ev) is not Stopped:  # (the watcher's time, not a sign of the rank's life)
                 r.last_seen = tw
             if tw > self.last_t:
                 self.last_t = tw

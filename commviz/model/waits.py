@@ -117,12 +117,7 @@ class RankView:
         if not self.gone(rank):
             return False
         r = self.model.ranks[rank]
-        if r.stopped is not None:
-            # Stopped by commviz with the run (record's hang timeout, a quit watch): it
-            # died with the others, however far apart their ends reached us (on a
-            # loaded box, more than the grace apart, and the others' ops failing for
-            # it: then it was blamed as a dead rank, in place of the hang it was
-            # stopped for).
+        if self.stopped_with_run(rank):
             return False
         if r.status is RankStatus.EXITED and r.gone_reason == "exit":
             # It said goodbye on a normal interpreter exit: it will not come back to a
@@ -131,11 +126,23 @@ class RankView:
         other = self.others_alive_until(rank)
         return other is not None and other - self.death_t(rank) >= self.th.dead_grace_ns
 
+    def stopped_with_run(self, rank: int) -> bool:
+        """Stopped by commviz with the run (record's hang timeout, a quit watch) while
+        it was alive: heard from within the grace before the stop. It died with the
+        others, however far apart their ends reached us (on a loaded box, more than
+        the grace apart, the others' ops then failing for it: it was blamed as a dead
+        rank, in place of the hang it was stopped for). A rank silent longer than that
+        before the stop died on its own (on another host, commviz learns of no death
+        but by its silence), and is judged as any gone rank."""
+        r = self.model.ranks[rank]
+        st = r.stopped
+        return st is not None and st.t + r.offset_ns - r.last_seen < self.th.dead_grace_ns
+
     def dead_cause(self, rank: int, evidence: bool) -> bool:
         """Gone and to blame: it died early, or a waiter's op failed while it was gone;
         never a rank commviz stopped with the run (the waiters' ops then fail because
         of that stop, not of it)."""
-        if not self.gone(rank) or self.model.ranks[rank].stopped is not None:
+        if not self.gone(rank) or self.stopped_with_run(rank):
             return False
         return evidence or self.died_early(rank)
 

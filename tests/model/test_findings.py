@@ -325,6 +325,29 @@ def test_ranks_the_watcher_stopped_apart_are_not_blamed_as_dead():
     assert (d["group"], d["missing_ranks"], d["culprit_ranks"]) == ("1", [2], [2])
 
 
+@pytest.mark.parametrize("entered", [False, True])
+def test_a_rank_silent_long_before_the_stop_is_still_a_dead_rank(entered):
+    """Rank 2, on another host, was killed at 1.2 s (commviz hears of no death there
+    but by silence); `record` stopped the job at 7.1 s and marked every rank it
+    thought running, rank 2 too. Whether rank 2 never entered the all_reduce or died
+    inside it, it is the dead rank, not a rank stopped with the run (or, inside it,
+    nothing at all)."""
+    from commviz.events import Counters, Stopped
+
+    j = Job(3, {"0": [0, 1, 2]}, hang_after_s=1.0)
+    for r in (0, 1) + ((2,) if entered else ()):
+        j.start(r, 1.0, seq=0)
+    j.m.ingest(2, Counters(int(1.2 * S)))
+    for r in (0, 1):
+        j.m.ingest(r, Counters(int(7.0 * S)))
+    for r in range(3):
+        j.m.ingest(r, Stopped(int(7.1 * S), "commviz record", "hang", 6.0))
+    for r in range(3):
+        j.m.mark_gone(r, "no goodbye in the trace (killed?)")
+    diags = j.m.summary()["diagnoses"]
+    assert [(d["kind"], d["culprit_ranks"]) for d in diags] == [("dead_rank", [2])], diags
+
+
 def test_interrupted_job_is_not_a_dead_rank():
     j = Job(2)
     a = j.start(0, 1.0, seq=0)
