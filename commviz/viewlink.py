@@ -215,12 +215,12 @@ def _token_dirs() -> list[str]:
     import os
     import tempfile
 
-    from commviz.transport.address import AddressError, check_private_dir
+    from commviz.transport.address import AddressError, check_private_dir, user_dir_in
 
     bases = [os.environ.get("XDG_RUNTIME_DIR") or "", f"/run/user/{os.getuid()}", tempfile.gettempdir()]
     out = []
     for base in dict.fromkeys(b for b in bases if b and os.path.isdir(b)):
-        d = os.path.join(base, f"commviz-{os.getuid()}")
+        d = user_dir_in(base)
         try:
             check_private_dir(d)
         except (AddressError, OSError):

@@ -144,6 +144,11 @@ class ChildMerge:
         try:
             while True:
                 try:
+                    # (an anonymous pipe from the child this process forked: nothing else
+                    # can write into it. What it carries is this process's own objects,
+                    # numpy columns among them, whose pickles need REDUCE as a hostile
+                    # one would: an opcode screen could not tell them apart. The trace
+                    # file itself is never unpickled.)
                     kind, body = pickle.load(self._data)
                 except (EOFError, pickle.UnpicklingError):  # gone, or gone mid-message
                     raise CommvizError(f"the process reading the trace ended without a word ({self._status()}); "

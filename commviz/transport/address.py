@@ -19,13 +19,18 @@ def private_dir() -> str:
     base = os.environ.get("XDG_RUNTIME_DIR")
     if not base or not os.path.isdir(base):
         base = tempfile.gettempdir()
-    path = os.path.join(base, f"commviz-{os.getuid()}")
+    path = user_dir_in(base)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     check_private_dir(path)
     return path
+
+
+def user_dir_in(base: str) -> str:
+    """This user's commviz directory under `base` (a runtime or temp directory)."""
+    return os.path.join(base, f"commviz-{os.getuid()}")
 
 
 def check_private_dir(path: str) -> None:
