@@ -4,7 +4,6 @@ the group's sequence like any collective."""
 
 from __future__ import annotations
 
-import functools
 import time
 
 from commviz.events import start_record
@@ -58,7 +57,6 @@ def guarded(probe, name: str, orig, start, finish):
     failing in commviz is reported once and costs the call nothing."""
     tls, health = probe.tls, probe.health
 
-    @functools.wraps(orig)
     def wrapper(*args, **kwargs):
         st = thread_state(tls)
         if st[DEPTH]:

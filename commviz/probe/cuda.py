@@ -57,7 +57,6 @@ What torch and the CUDA runtime do, and why this module is shaped by it:
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from collections import deque
@@ -424,7 +423,6 @@ class CudaSide:
         begin, end = G.capture_begin, G.capture_end
         side = self
 
-        @functools.wraps(begin)
         def capture_begin(graph, *args, **kwargs):
             with side.capture_lock:  # waits for at most one event query in flight
                 side.captures += 1
@@ -434,7 +432,6 @@ class CudaSide:
                 side.captures -= 1
                 raise
 
-        @functools.wraps(end)
         def capture_end(graph, *args, **kwargs):
             try:
                 return end(graph, *args, **kwargs)

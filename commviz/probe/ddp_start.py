@@ -19,6 +19,11 @@ def install(probe, patched: list) -> None:
             continue
         w = calls.guarded(probe, name, orig, lambda a, k, s=start: s(probe, a, k),
                           lambda rec, result: probe.complete(rec, result, None))
+        # A pybind builtin pickles by its own reduce; a Python function only by name,
+        # and the builtin's (a pybind record's qualname) names nothing: this one is
+        # named where it lives, so pickling it still works, and gives torch's builtin
+        # back where commviz is not.
+        w.__module__, w.__qualname__ = dist.__name__, name
         setattr(dist, name, w)
         patched.append((dist, name, orig, w))
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import functools
 import inspect
 import threading
 import time
@@ -153,7 +152,6 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
     # They get a wrapper specialised at patch time; the rest go through Probe.begin.
     fast = spec.bytes_rule == opcat.TENSOR and not (spec.kind == opcat.COLLECTIVE and spec.root_arg)
     wrapper = (_fast_wrapper if fast else _generic_wrapper)(orig, spec, am, probe)
-    functools.update_wrapper(wrapper, orig)
     transparent.mark(wrapper, orig)
     probe.wrapper_codes.add(wrapper.__code__)
     # The C wrapper caches each thread's state by thread: only for a plain
@@ -172,7 +170,6 @@ def _wrap(orig, spec: opcat.OpSpec, probe):
         front = transparent.shim(c_wrapper)  # what dynamo can see through
         front._commviz_fast = c_wrapper
         probe.wrapper_codes.add(front.__code__)
-        functools.update_wrapper(front, orig)
         wrapper = transparent.mark(front, orig)
     return wrapper
 
@@ -409,7 +406,6 @@ def _wrap_destroy(orig, probe):
             probe.health.internal("destroy_process_group", exc)
         return orig(group)
 
-    functools.update_wrapper(destroy_process_group, orig)
     transparent.mark(destroy_process_group, orig)
     return destroy_process_group
 
@@ -423,7 +419,6 @@ def _wrap_init(orig, probe):
             probe.health.internal("start", exc)
         return result
 
-    functools.update_wrapper(init_process_group, orig)
     transparent.mark(init_process_group, orig)
     return init_process_group
 
@@ -498,7 +493,6 @@ def _wrap_batch(orig, probe):
             health.internal("batch_isend_irecv", exc)
         return works
 
-    functools.update_wrapper(batch_isend_irecv, orig)
     transparent.mark(batch_isend_irecv, orig)
     probe.wrapper_codes.add(batch_isend_irecv.__code__)
     return batch_isend_irecv
@@ -534,7 +528,6 @@ def _wrap_coalescing(orig, probe):
         except Exception as exc:
             probe.health.internal("_coalescing_manager", exc)
 
-    functools.update_wrapper(_coalescing_manager, orig)
     transparent.mark(_coalescing_manager, orig)
     return _coalescing_manager
 
@@ -635,12 +628,14 @@ def install(addr: str | None = None, trace_dir: str | None = None):
 
 def _install_more(probe) -> None:
     """What DDP's constructor and the functional collectives (DTensor) call: C++
-    builtins and tensor-returning functions the generic wrapper cannot take."""
+    builtins and tensor-returning functions the generic wrapper cannot take. The
+    functional collectives are patched when the program imports them: a plain job
+    that never does must not find `torch.distributed._functional_collectives` loaded."""
     from commviz.probe import ddp_start, funcol, kernels
 
     ddp_start.install(probe, _patched)
     k = kernels.Kernels(probe, kernels.Pending(probe))
-    funcol.install(probe, _patched, k.pending)
+    transparent.when_imported(funcol.MODULE, lambda module: funcol.install(probe, _patched, k.pending, module))
     try:
         k.install()
     except Exception as exc:  # a torch without them: the audit names what goes unseen

@@ -1,6 +1,13 @@
-"""Wrappers torch.compile sees straight through.
+"""Wrappers that look like torch's own functions, to the program and to torch.compile.
 
-Dynamo traces into any Python function a compiled region calls. Ours read
+To the program (`look_like`): a wrapper carries its original's name, module,
+qualname, docstring, signature and `__wrapped__`, so pickling it (by reference, inside
+a model or a `functools.partial`), `help()`, `inspect` and logging see torch's
+function. torch's own test suite pickles models holding them (bench/peer_suite.py).
+And commviz imports no module of torch's on the program's behalf: what it patches in
+a module it patches when the program imports it (`when_imported`).
+
+To torch.compile: dynamo traces into any Python function a compiled region calls. Ours read
 thread-locals, clocks and C++ objects it cannot trace, so each one it met was a
 graph break (or, under `fullgraph=True`, an error) the job did not have without us.
 Dynamo has a documented way out: a function carrying `_torchdynamo_inline` is traced
@@ -26,15 +33,32 @@ importing it ourselves would cost every rank seconds at start-up.
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import sys
 
 _TRACE_RULES = "torch._dynamo.trace_rules"
 
 
+def look_like(wrapper, orig):
+    """Give `wrapper` every face of `orig` a program can look at: `__module__`,
+    `__name__`, `__qualname__`, `__doc__`, annotations and attributes (so pickle finds it
+    by reference, and `help()` and logs read the same), and a `__wrapped__` that
+    `inspect.unwrap`, `inspect.signature` and `inspect.getsource` follow to the same
+    function as without commviz: `orig`'s own where it has one (torch's c10d functions
+    are decorated), else `orig`."""
+    functools.update_wrapper(wrapper, orig)
+    inner = getattr(orig, "__wrapped__", None)
+    if inner is not None:
+        wrapper.__wrapped__ = inner
+    return wrapper
+
+
 def mark(wrapper, orig):
-    """`wrapper` stands for the function `orig`: to commviz (`_commviz_original`, so
-    nothing is wrapped twice) and to dynamo (`_torchdynamo_inline`)."""
+    """`wrapper` stands for the function `orig`: to the program (`look_like`), to
+    commviz (`_commviz_original`, so nothing is wrapped twice) and to dynamo
+    (`_torchdynamo_inline`)."""
+    look_like(wrapper, orig)
     wrapper._commviz_original = orig
     wrapper._torchdynamo_inline = orig
     return wrapper
@@ -46,6 +70,7 @@ def mark_method(wrapper, orig):
     resume by calling the original unbound (torch 2.13: `TypeError: missing 1
     required positional argument`). Dynamo stops at the wrapper instead (our files
     are skipped), breaking the graph where a plain run would break inside it."""
+    look_like(wrapper, orig)
     wrapper._commviz_original = orig
     return wrapper
 
@@ -63,11 +88,7 @@ def shim(target):
 def skip_our_frames() -> None:
     """Put commviz's files on dynamo's skip list, now if dynamo is loaded, otherwise
     the moment it is."""
-    mod = sys.modules.get(_TRACE_RULES)
-    if mod is not None:
-        _skip_commviz(mod)
-    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(_TRACE_RULES, _skip_commviz))
+    when_imported(_TRACE_RULES, _skip_commviz)
 
 
 def _skip_commviz(trace_rules) -> None:
@@ -75,6 +96,17 @@ def _skip_commviz(trace_rules) -> None:
         trace_rules.add("commviz")
     except Exception:  # a dynamo without it: our frames are traced, as before
         pass
+
+
+def when_imported(name: str, then) -> None:
+    """Run `then(module)` once the module `name` is imported: now if it is, otherwise
+    right after the program imports it. commviz never imports a module for this: a
+    program must load exactly the modules it loads without commviz."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        then(mod)
+    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 class _AfterImport:
@@ -100,7 +132,10 @@ class _AfterImport:
 
         def exec_then(module):
             exec_module(module)
-            then(module)
+            try:
+                then(module)
+            except Exception as exc:  # the program's import goes on, unwatched
+                sys.stderr.write(f"commviz: not watching {name}: {type(exc).__name__}: {exc}\n")
 
         loader.exec_module = exec_then
         return spec

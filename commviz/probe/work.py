@@ -67,7 +67,6 @@ class Waiters:
             return True
 
         transparent.mark_method(wait, orig)
-        wait.__doc__ = orig.__doc__
         work_cls.wait = wait
         self._orig_wait = orig
 
