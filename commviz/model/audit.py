@@ -181,11 +181,14 @@ def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None
         return t_wall - int(offset(t_wall - (a.wall_ns - a.t)))
 
     by_group: dict[str, tuple[list[int], list[int]]] = {}
+    every: tuple[list[int], list[int]] = ([], [])  # all groups': for entries the recorder names none
     spans = sorted([(t0, t1, g) for g, t0, t1 in w.ended] + [(t0, 1 << 62, g) for g, t0 in inflight])
     for t0, t1, g in spans:
         starts, ends = by_group.setdefault(g, ([], []))
         starts.append(t0)
         ends.append(t1)
+        every[0].append(t0)
+        every[1].append(t1)
     if w.dropped_before >= 0 and to_mono(min(op.t_wall for op in a.ops)) <= w.dropped_before:
         return {"state": f"partial: commviz keeps the last {w.maxlen} ops per rank and the flight "
                          "recorder reaches further back"}
@@ -193,7 +196,9 @@ def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None
     seen: collections.Counter = collections.Counter()
     for op in a.ops:
         backend[op.op] += 1
-        if _inside(by_group.get(op.group), to_mono(op.t_wall)):
+        # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps each group in a ProcessGroupWrapper, whose
+        # entries name no group: any event of the rank's running then covers them
+        if _inside(by_group.get(op.group) if op.group else every, to_mono(op.t_wall)):
             seen[op.op] += 1
     return {
         "backend": dict(sorted(backend.items())),

@@ -20,7 +20,7 @@ from commviz.launchers import local_rank
 from commviz.events import E_ERROR, E_ID, E_T, END, S_ID, GroupDef, Hello, Mark, end_record, start_record
 from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
-from commviz.probe.names import dtype_name, reduce_name
+from commviz.probe.names import dtype_name, reduce_name, tensor_nbytes
 from commviz.probe.sender import EXIT_GRACE_S, Sender
 from commviz.probe.work import Waiters
 from commviz.trace import ring as _ring
@@ -423,7 +423,7 @@ class Probe:
         cuda = self.cuda_side.begin(t, g, peer) if t.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push(start_record(op_id, t0, name, g.gid, seq, t.nbytes, dtype_name(t.dtype), list(t.shape), peer,
+        self.push(start_record(op_id, t0, name, g.gid, seq, tensor_nbytes(t), dtype_name(t.dtype), list(t.shape), peer,
                                is_async=True, batched=True))
         return Rec(op_id, name, t0, peer, cuda, g.backend)
 

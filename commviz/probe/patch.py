@@ -33,7 +33,7 @@ from commviz import events
 from commviz.events import END, S_T, START, end_record
 from commviz.probe.core import COALESCED, DEPTH, INNER_BYTES, WANT_INNER, GroupInfo, Rec, thread_state
 from commviz.probe import transparent
-from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name
+from commviz.probe.names import _DTYPE_NAMES, dtype_name, reduce_name, tensor_nbytes
 
 # the common case of the fast wrapper, in C (commviz/native.py); without it, Python does all
 _CFastWrapper = getattr(native.load("commviz.probe._fastwrap"), "FastWrapper", None)
@@ -130,13 +130,13 @@ class ArgMap:
             if x is None or len(x) == 0:
                 return 0, "", [], None
             t = x[0]
-            nbytes = sum(e.nbytes for e in x)
+            nbytes = sum(map(tensor_nbytes, x))
             if rule == opcat.TENSOR_LIST_TIMES_N:
                 nbytes *= n
             return nbytes, dtype_name(t.dtype), [len(x), *t.shape], t if t.is_cuda else None
         if x is None:
             return 0, "", [], None
-        nbytes = x.nbytes
+        nbytes = tensor_nbytes(x)
         if rule == opcat.TENSOR_TIMES_N:
             nbytes *= n
         return nbytes, dtype_name(x.dtype), list(x.shape), x if x.is_cuda else None
@@ -360,7 +360,11 @@ def _fast_begin(spec: opcat.OpSpec, am: ArgMap, probe):
             on_cuda = False
         else:
             dt = x.dtype
-            start = (START, op_id, clock(), name, g.gid, seq, x.nbytes, dtypes.get(dt) or dtype_name(dt),
+            try:
+                nbytes = x.nbytes
+            except RuntimeError:  # sparse
+                nbytes = tensor_nbytes(x)
+            start = (START, op_id, clock(), name, g.gid, seq, nbytes, dtypes.get(dt) or dtype_name(dt),
                      x.shape, peer, -1, is_async, red)
             on_cuda = cuda._initialized and x.is_cuda and probe.cuda_side.begin(x, g, peer)  # (module docstring)
         if len(q) < cap:

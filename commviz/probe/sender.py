@@ -16,7 +16,7 @@ from commviz import native
 from commviz.events import (BASE_SCHEMA, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
                              START, Counters, Goodbye, GroupDef, Hello, HostTopology, cuts, encode_batch, encode_frames)
 from commviz.probe.health import Health
-from commviz.probe.names import dtype_name
+from commviz.probe.names import dtype_name, tensor_nbytes
 
 _fw = native.load("commviz.probe._fastwrap")  # optional (commviz/native.py)
 _c_drain, _c_take = (_fw.drain, _fw.take) if _fw is not None else (None, None)
@@ -208,7 +208,7 @@ class Sender:
 
     def _tensor_fields(self, x) -> tuple:
         try:
-            return x, x.nbytes, dtype_name(x.dtype), x.shape
+            return x, tensor_nbytes(x), dtype_name(x.dtype), x.shape
         except Exception as exc:
             self.health.internal("tensor metadata", exc)
             return x, 0, "", ()

@@ -59,6 +59,16 @@ def test_an_async_op_in_flight_does_not_cover_what_was_issued_after_a_later_call
     assert audit_of(m)["unseen"] == {"broadcast": 1}
 
 
+def test_an_entry_the_recorder_names_no_group_is_seen_inside_any_event():
+    """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps groups in a ProcessGroupWrapper
+    and its recorder entries carry no group name (torch's own suite runs so)."""
+    m = fed(*op(1, 10 * MS, 20 * MS, name="all_gather_object", gid="7"),
+            Audit(100 * MS, WALL0 + 100 * MS, "", [backend("", "all_gather", 12 * MS),
+                                                   backend("", "all_gather", 15 * MS),
+                                                   backend("", "all_gather", 50 * MS)]))  # inside no event
+    assert audit_of(m)["unseen"] == {"all_gather": 1}
+
+
 def test_the_recorder_clock_drifting_from_the_monotonic_one_is_corrected():
     # the wall clock gained 5 ms over the run (slewing): without interpolation the
     # backend op at mono 500 ms would land 5 ms late, past its 1 ms event

@@ -79,6 +79,22 @@ def test_collectives_bytes_and_sequence(probe, ring):
     assert got[0][0].dtype == "float32" and got[0][0].shape == [256]
 
 
+def test_a_sparse_tensor_is_its_indices_and_values(probe, ring):
+    """torch's suite all-reduces sparse tensors, which have no `nbytes`: the op was
+    lost (and an internal error printed in the job) until the bytes came from the
+    tensor's parts, what gloo all-gathers."""
+    t = torch.sparse_coo_tensor(torch.tensor([[0, 3]]), torch.ones(2, 5), (8, 5))  # 16 B indices, 40 B values
+    errors = probe.health.internal_errors
+
+    def job():
+        dist.all_reduce(t)
+        dist.all_reduce(t, async_op=True).wait()
+
+    got = ops_of(probe, job)
+    assert [(s.op, s.bytes, s.dtype, s.shape) for s, _ in got] == [("all_reduce", 56, "float32", [8, 5])] * 2
+    assert probe.health.internal_errors == errors
+
+
 def test_send_is_one_event_and_p2p_sequence_is_per_peer(probe, ring):
     t = torch.ones(100)
 
