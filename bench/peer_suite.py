@@ -9,10 +9,11 @@ rank process of every test.
 
     python bench/peer_suite.py                       # world sizes 2 and 3, the whole suite
     python bench/peer_suite.py --world-size 3 -k "broadcast or barrier"
-    python bench/peer_suite.py --python /tmp/venv211/bin/python   # another torch
+    python bench/peer_suite.py --python VENV/bin/python   # another torch, in its own venv
 
 The whole suite takes ~13 min a run on a 2-core box (90 tests run, 195 skip for want of
-CUDA); `--jobs N` runs tests in N pytest-xdist workers. Exit status 1 when any test's
+CUDA); `--jobs N` runs tests in N pytest-xdist workers (then an unseen op's test is a
+guess: ranks of tests running at once are told apart by time only). Exit status 1 when any test's
 outcome differs, or a run gave no outcomes at all.
 
 Needs `expecttest` (torch's test utilities import it) in the Python that runs the

@@ -181,14 +181,16 @@ def compare(w: Windows, inflight: Iterable[tuple[str, int]], hello: Hello | None
         return t_wall - int(offset(t_wall - (a.wall_ns - a.t)))
 
     by_group: dict[str, tuple[list[int], list[int]]] = {}
-    every: tuple[list[int], list[int]] = ([], [])  # all groups': for entries the recorder names none
+    # For entries the recorder names no group: every event, each start with the latest
+    # end of the events started by then, so the one running is found whichever started last.
+    every: tuple[list[int], list[int]] = ([], [])
     spans = sorted([(t0, t1, g) for g, t0, t1 in w.ended] + [(t0, 1 << 62, g) for g, t0 in inflight])
     for t0, t1, g in spans:
         starts, ends = by_group.setdefault(g, ([], []))
         starts.append(t0)
         ends.append(t1)
         every[0].append(t0)
-        every[1].append(t1)
+        every[1].append(max(t1, every[1][-1]) if every[1] else t1)
     if w.dropped_before >= 0 and to_mono(min(op.t_wall for op in a.ops)) <= w.dropped_before:
         return {"state": f"partial: commviz keeps the last {w.maxlen} ops per rank and the flight "
                          "recorder reaches further back"}

@@ -435,11 +435,12 @@ class Probe:
         if g is None:
             return None
         buf = bucket.buffer()
+        nbytes = tensor_nbytes(buf)  # before the seq is taken: a fault here leaves no gap
         seq = self.next_seq(g)
         cuda = self.cuda_side.begin(buf, g) if buf.is_cuda else False
         op_id = next(self.ids)
         t0 = time.monotonic_ns()
-        self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, buf.nbytes, dtype_name(buf.dtype), list(buf.shape),
+        self.push(start_record(op_id, t0, "ddp_bucket", g.gid, seq, nbytes, dtype_name(buf.dtype), list(buf.shape),
                                is_async=True, reduce_op="SUM", bucket=bucket.index(), params=len(bucket.parameters())))
         return Rec(op_id, "ddp_bucket", t0, -1, cuda, g.backend)
 

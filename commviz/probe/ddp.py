@@ -4,16 +4,17 @@ DDP's all-reduces come from the C++ Reducer and never pass through Python, so th
 only way to see them is DDP's comm-hook mechanism:
 - a user's `register_comm_hook(state, hook)` gets `hook` wrapped (not replaced) in
   the reducer, while the model itself keeps the user's own hook (`_comm_hooks`);
-- a model with no hook gets, at its first forward, a dispatcher in its reducer running
-  the same divide-then-all_reduce the C++ default does. Because DDP accepts only one
-  hook, a user who registers theirs after that first forward is swapped into the
-  dispatcher instead of hitting "can only be called once".
+- a model with no hook gets, at its first forward, a dispatcher in its reducer doing
+  what the C++ default does, to the bit (`_allreduce_hook`). Because DDP accepts only
+  one hook, a user who registers theirs after that first forward is swapped into the
+  dispatcher instead of hitting "can only be called once"; a built-in C++ hook
+  registered then is refused by torch (docs/SEEN.md).
 The all_reduce a hook issues runs nested, so it is not counted a second time.
 Built-in C++ hooks (`_register_builtin_comm_hook`) stay invisible; that is said once.
 
 The model must stay the model the user built: `torch.save(ddp)` and `copy.deepcopy`
 copy its `__dict__`, so commviz keeps nothing there. What it knows of a model is held
-beside it (`_models`, by weak reference), the dispatcher goes to the reducer alone
+beside it (`_models`, by identity, let go with the model), the dispatcher goes to the reducer alone
 (torch leaves the reducer out of a pickle), and no torch module is imported for it:
 torch's `default_hooks` is not loaded in a plain DDP run either.
 """
@@ -32,46 +33,61 @@ from commviz.probe.core import DEPTH, WANT_INNER, thread_state
 
 @dataclasses.dataclass
 class _Seen:
-    """What commviz knows of one DDP model."""
+    """What commviz knows of one DDP model, kept beside it: its `__dict__` is pickled
+    with it and copied by deepcopy, and must hold only what torch put there."""
 
     checked: bool = False  # its first forward has been through `_pre_forward`
-    builtin: bool = False  # it runs a C++ built-in hook: no bucket is visible
+    hooked: bool = False  # its reducer runs a hook the user gave through commviz's register_comm_hook
+    builtin: bool = False  # its reducer runs a C++ built-in hook: no bucket is visible
     dispatch: "_Dispatch | None" = None  # the hook commviz gave its reducer
     windows: int = 0  # forwards that opened a bucket-rebuild window
 
 
-# A copy (deepcopy, unpickling) is a new model with a new reducer: it is seen afresh.
-_models: "weakref.WeakKeyDictionary[object, _Seen]" = weakref.WeakKeyDictionary()
+# By identity, not by the model's own hash or __eq__ (a subclass may define them), let
+# go when the model is. A copy (deepcopy, unpickling) is a new model with a new reducer
+# that torch gives no hook: it is seen afresh.
+_models: dict[int, _Seen] = {}
 
 
 def _seen(ddp) -> _Seen:
-    got = _models.get(ddp)
+    key = id(ddp)
+    got = _models.get(key)
     if got is None:
-        got = _models[ddp] = _Seen()
+        got = _models[key] = _Seen()
+        weakref.finalize(ddp, _models.pop, key, None)
     return got
 
 
 def _allreduce_hook(process_group, bucket):
-    """What DDP's C++ reducer does with no hook, as torch's own `default_hooks.allreduce_hook`
-    does it: divide by the group's size, all_reduce, hand back the buffer."""
+    """What DDP's C++ reducer does with no hook, to the bit: scale by 1/size (C++
+    multiplies as it copies gradients into the bucket; torch's own Python
+    `allreduce_hook` divides, which rounds differently at sizes that are not powers of
+    two), then sum."""
     import torch.distributed as dist
 
     group = process_group if process_group is not None else dist.group.WORLD
     tensor = bucket.buffer()
-    tensor.div_(group.size())
+    tensor.mul_(1.0 / group.size())
     return dist.all_reduce(tensor, group=group, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
 
+@dataclasses.dataclass(frozen=True)
+class _Hook:
+    fn: object  # hook(state, bucket) -> Future
+    state: object
+
+
 class _Dispatch:
-    """The hook registered for models without one; the user's hook, once given, runs instead."""
+    """The hook commviz gives the reducer of a model without one; the user's hook, once
+    given, runs instead (DDP takes one hook per reducer, once)."""
 
     def __init__(self, process_group) -> None:
-        self.default = (_allreduce_hook, process_group)
-        self.user = None
+        self.default = _Hook(_allreduce_hook, process_group)
+        self.user: _Hook | None = None
 
     def __call__(self, state, bucket):
-        hook, st = self.user or self.default
-        return hook(st, bucket)
+        h = self.user or self.default
+        return h.fn(h.state, bucket)
 
 
 def bucket_hook(probe, hook, pg):
@@ -141,20 +157,24 @@ def install(probe, patched: list) -> None:
     orig_pre_forward = DDP._pre_forward
 
     def register_comm_hook(self, state, hook):
-        disp = _seen(self).dispatch
+        seen = _seen(self)
+        disp = seen.dispatch
         if disp is not None and disp.user is None:
             # Our default is already in the reducer (first forward has run): run
             # theirs in it, and do the rest of what torch's own method does.
             self._check_comm_hook(hook)
             self.logger._set_comm_hook_name(hook.__qualname__)
             self._comm_hooks.append((hook, state))
-            disp.user = (hook, state)
+            disp.user = _Hook(hook, state)
             return None
         wrapped = bucket_hook(probe, hook, self.process_group)
-        result = orig_register(self, state, wrapped)
-        hooks = self._comm_hooks
-        if hooks and hooks[-1][0] is wrapped:
-            hooks[-1] = (hook, hooks[-1][1])  # the model holds the user's hook, as without commviz
+        try:
+            result = orig_register(self, state, wrapped)
+            seen.hooked = True
+        finally:
+            hooks = self._comm_hooks
+            if hooks and hooks[-1][0] is wrapped:
+                hooks[-1] = (hook, hooks[-1][1])  # the model holds the user's hook, as without commviz
         return result
 
     def _register_builtin_comm_hook(self, comm_hook_type):
@@ -166,12 +186,14 @@ def install(probe, patched: list) -> None:
         return orig_builtin(self, comm_hook_type)
 
     def _pre_forward(self, *inputs, **kwargs):
-        seen = _seen(self)
-        if not seen.checked:
-            seen.checked = True
-            try:
+        try:
+            seen = _seen(self)
+            if not seen.checked:
+                seen.checked = True
+                # A model whose `_comm_hooks` list a hook commviz did not see given is a
+                # copy: torch rebuilt its reducer without it, and runs the C++ default.
                 if (
-                    not self._comm_hooks
+                    not seen.hooked
                     and not seen.builtin
                     and not getattr(self, "_use_python_reducer", False)
                     and probe.ensure_started()
@@ -181,8 +203,8 @@ def install(probe, patched: list) -> None:
                     disp = _Dispatch(self.process_group)
                     dist._register_comm_hook(self.reducer, None, bucket_hook(probe, disp, self.process_group))
                     seen.dispatch = disp
-            except Exception as exc:
-                probe.health.internal("ddp hook", exc)
+        except Exception as exc:
+            probe.health.internal("ddp hook", exc)
         with _rebuild_window(probe, self):
             return orig_pre_forward(self, *inputs, **kwargs)
 

@@ -36,13 +36,6 @@ MODULE = "torch.distributed._functional_collectives"
 def install(probe, patched: list, pending, funcol) -> None:
     """Patch the module `funcol`, just imported by the program (`transparent.when_imported`).
     `pending`: the kernels' (probe/kernels.py), so either side may see the wait."""
-    try:
-        _install(probe, patched, pending, funcol)
-    except Exception as exc:  # an unknown layout: the dispatcher kernels still see compiled graphs
-        probe.health.internal("functional collectives", exc)
-
-
-def _install(probe, patched: list, pending, funcol) -> None:
     for fname, rule in FUNCTIONS.items():
         orig = getattr(funcol, fname, None)
         if orig is None or getattr(orig, "_commviz_original", None) is not None:

@@ -25,23 +25,14 @@ def reduce_name(op) -> str:
     return n
 
 
-# A compressed sparse layout's index tensors, by layout name (values come on top).
-_COMPRESSED = {"sparse_csr": ("crow_indices", "col_indices"), "sparse_csc": ("ccol_indices", "row_indices"),
-               "sparse_bsr": ("crow_indices", "col_indices"), "sparse_bsc": ("ccol_indices", "row_indices")}
-
-
 def tensor_nbytes(x) -> int:
-    """The bytes an op moves of `x`. A sparse tensor has no `nbytes` (torch raises):
-    its indices and values are what a backend sends (gloo's sparse all_reduce
-    all-gathers both). Callers on the hot path read `x.nbytes` and come here only when
-    it raises."""
+    """The bytes an op moves of `x`. A sparse COO tensor has no `nbytes` (torch
+    raises): its indices and values are what a backend sends (gloo's sparse all_reduce
+    all-gathers both). The per-op paths read `x.nbytes` themselves and come here only
+    when it raises; the rest (object and list ops, buckets, the drain) come here."""
     try:
         return x.nbytes
     except RuntimeError:
-        layout = str(x.layout).replace("torch.", "")
-        if layout == "sparse_coo":
-            return x._indices().nbytes + x._values().nbytes
-        parts = _COMPRESSED.get(layout)
-        if parts is None:
+        if not x.is_sparse:  # COO; torch's compressed layouts have an nbytes
             raise
-        return sum(getattr(x, p)().nbytes for p in parts) + x.values().nbytes
+        return x._indices().nbytes + x._values().nbytes

@@ -136,7 +136,10 @@ class ArgMap:
             return nbytes, dtype_name(t.dtype), [len(x), *t.shape], t if t.is_cuda else None
         if x is None:
             return 0, "", [], None
-        nbytes = tensor_nbytes(x)
+        try:
+            nbytes = x.nbytes
+        except RuntimeError:  # sparse
+            nbytes = tensor_nbytes(x)
         if rule == opcat.TENSOR_TIMES_N:
             nbytes *= n
         return nbytes, dtype_name(x.dtype), list(x.shape), x if x.is_cuda else None
@@ -615,7 +618,7 @@ def install(addr: str | None = None, trace_dir: str | None = None):
         _patch(c10d, dist, "_coalescing_manager", lambda orig: _wrap_coalescing(orig, probe))
         _canonical_p2p_ops(c10d, probe)
         _rebind_imported(c10d, dist)
-        transparent.skip_our_frames()
+        transparent.skip_our_frames(lambda exc: probe.health.internal("dynamo skip list", exc))
         from commviz.probe import ddp
 
         # torch may still be importing itself here (the start-up hook fires on
@@ -639,7 +642,8 @@ def _install_more(probe) -> None:
 
     ddp_start.install(probe, _patched)
     k = kernels.Kernels(probe, kernels.Pending(probe))
-    transparent.when_imported(funcol.MODULE, lambda module: funcol.install(probe, _patched, k.pending, module))
+    transparent.when_imported(funcol.MODULE, lambda module: funcol.install(probe, _patched, k.pending, module),
+                              lambda exc: probe.health.internal("functional collectives", exc))
     try:
         k.install()
     except Exception as exc:  # a torch without them: the audit names what goes unseen

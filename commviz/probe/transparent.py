@@ -34,8 +34,10 @@ importing it ourselves would cost every rank seconds at start-up.
 from __future__ import annotations
 
 import functools
-import importlib.machinery
+import importlib
+import importlib.util
 import sys
+import threading
 
 _TRACE_RULES = "torch._dynamo.trace_rules"
 
@@ -85,10 +87,10 @@ def shim(target):
     return front
 
 
-def skip_our_frames() -> None:
+def skip_our_frames(on_error) -> None:
     """Put commviz's files on dynamo's skip list, now if dynamo is loaded, otherwise
     the moment it is."""
-    when_imported(_TRACE_RULES, _skip_commviz)
+    when_imported(_TRACE_RULES, _skip_commviz, on_error)
 
 
 def _skip_commviz(trace_rules) -> None:
@@ -98,44 +100,60 @@ def _skip_commviz(trace_rules) -> None:
         pass
 
 
-def when_imported(name: str, then) -> None:
+def when_imported(name: str, then, on_error) -> None:
     """Run `then(module)` once the module `name` is imported: now if it is, otherwise
     right after the program imports it. commviz never imports a module for this: a
-    program must load exactly the modules it loads without commviz."""
+    program must load exactly the modules it loads without commviz. `on_error(exc)`
+    hears of a `then` that raised; the program's import goes on regardless."""
+    hook = _AfterImport(name, then, on_error)
+    sys.meta_path.insert(0, hook)  # first: an import starting from now on is caught
     mod = sys.modules.get(name)
-    if mod is not None:
-        then(mod)
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, then))
+    if mod is None:
+        return
+    if getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        # another thread is executing it, past the finders: wait for it to finish
+        mod = importlib.import_module(name)
+    hook.fire(mod)
 
 
 class _AfterImport:
-    """A meta-path finder that runs `then(module)` once `name` has been executed,
-    finding the module as the normal path finder does and leaving the import
-    itself unchanged."""
+    """A meta-path finder that runs `then(module)` once, after `name` has been
+    executed. It finds the module as the finders after it would and leaves the import
+    itself unchanged. It stays on `sys.meta_path` once done (answering None): taking
+    itself off while the import system walks the list would skip the next finder."""
 
-    def __init__(self, name: str, then) -> None:
-        self.name, self.then = name, then
+    def __init__(self, name: str, then, on_error) -> None:
+        self.name, self.then, self.on_error = name, then, on_error
+        self.done = False
+        self._busy = False  # finding the spec through the other finders
+        self._lock = threading.Lock()
+
+    def fire(self, module) -> None:
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+        try:
+            self.then(module)
+        except Exception as exc:  # the program's import goes on, unwatched
+            self.on_error(exc)
 
     def find_spec(self, name, path, target=None):
-        if name != self.name:
+        if name != self.name or self.done or self._busy:
             return None
+        self._busy = True
         try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+            spec = importlib.util.find_spec(name)
+        finally:
+            self._busy = False
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
             return spec
-        exec_module, then = loader.exec_module, self.then
+        exec_module = loader.exec_module
 
         def exec_then(module):
             exec_module(module)
-            try:
-                then(module)
-            except Exception as exc:  # the program's import goes on, unwatched
-                sys.stderr.write(f"commviz: not watching {name}: {type(exc).__name__}: {exc}\n")
+            self.fire(module)
 
         loader.exec_module = exec_then
         return spec

@@ -63,6 +63,7 @@ def test_an_entry_the_recorder_names_no_group_is_seen_inside_any_event():
     """Under TORCH_DISTRIBUTED_DEBUG=DETAIL torch wraps groups in a ProcessGroupWrapper
     and its recorder entries carry no group name (torch's own suite runs so)."""
     m = fed(*op(1, 10 * MS, 20 * MS, name="all_gather_object", gid="7"),
+            *op(2, 12 * MS, 13 * MS, seq=0),  # another group's, started later, over before the second entry
             Audit(100 * MS, WALL0 + 100 * MS, "", [backend("", "all_gather", 12 * MS),
                                                    backend("", "all_gather", 15 * MS),
                                                    backend("", "all_gather", 50 * MS)]))  # inside no event

@@ -1,6 +1,8 @@
-"""What a program can see of torch.distributed, written to --out as JSON: run once
-plainly and once under commviz, the two must be equal (tests/integration/
-test_invisible.py). One gloo rank, its own store: no launcher needed.
+"""What a program can see of torch.distributed, written to --out as JSON by rank 0:
+run once plainly and once under commviz, the two must be equal (tests/integration/
+test_invisible.py). Three gloo ranks under torchrun: at a world size that is not a
+power of two, a gradient scaled by 1/size and one divided by size differ in the last
+bit, and DDP's weights must come out the same to the bit.
 
 Phase 1 is a plain DDP job that never imports the functional collectives nor DDP's
 hook modules, and lists the torch modules loaded after it. Phase 2 then imports them
@@ -10,6 +12,7 @@ can: pickle, deepcopy, torch.save, identity, inspect and help()."""
 import argparse
 import copy
 import functools
+import hashlib
 import inspect
 import io
 import json
@@ -27,7 +30,7 @@ args = ap.parse_args()
 seen: dict = {}
 
 # Phase 1: collectives, then a DDP job as users write it.
-dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+dist.init_process_group("gloo")
 t = torch.ones(4)
 dist.all_reduce(t)
 dist.barrier()
@@ -39,7 +42,7 @@ opt = torch.optim.SGD(model.parameters(), lr=0.1)
 
 
 def step(m, o):
-    loss = m(torch.ones(4, 8)).square().sum()
+    loss = m(torch.full((4, 8), 0.1 * (dist.get_rank() + 1))).square().sum()
     loss.backward()
     o.step()
     o.zero_grad()
@@ -47,6 +50,7 @@ def step(m, o):
 
 
 seen["losses"] = [step(model, opt) for _ in range(3)]
+seen["weights_sha256"] = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
 seen["torch_modules"] = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))
 seen["ddp_attributes"] = sorted(vars(model))
 seen["ddp_comm_hooks"] = len(model._comm_hooks)
@@ -71,6 +75,8 @@ hooked.register_comm_hook(None, default_hooks.allreduce_hook)
 seen["hooked_losses"] = [step(hooked, torch.optim.SGD(hooked.parameters(), lr=0.1)) for _ in range(2)]
 seen["hook_is_torchs"] = hooked._comm_hooks[0][0] is default_hooks.allreduce_hook
 seen["hooked_pickle"] = len(pickle.dumps(hooked)) > 0
+hooked_twin = copy.deepcopy(hooked)  # torch gives the copy's reducer no hook: it runs DDP's C++ default
+seen["hooked_copy_trains"] = step(hooked_twin, torch.optim.SGD(hooked_twin.parameters(), lr=0.1))
 seen["hooked_logging_comm_hook"] = hooked._get_ddp_logging_data().get("comm_hook")
 
 
@@ -114,6 +120,8 @@ seen["builtins"] = {name: [pickle.loads(pickle.dumps(fn)) in (fn, inspect.unwrap
 seen["same_objects"] = [dist.all_reduce is dist.distributed_c10d.all_reduce, dist.isend is dist.P2POp(
     dist.isend, torch.ones(1), 0).op]
 
-with open(args.out, "w") as f:
-    json.dump(seen, f, indent=1, sort_keys=True)
+if dist.get_rank() == 0:
+    with open(args.out, "w") as f:
+        json.dump(seen, f, indent=1, sort_keys=True)
+dist.barrier()
 dist.destroy_process_group()
