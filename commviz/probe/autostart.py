@@ -1,44 +1,32 @@
 """Instrument a process as soon as it imports torch.distributed, without touching
-the user's script. Used by the start-up hook and by `python -m commviz.run`."""
+the user's script. Used by the start-up hook and by `python -m commviz.run`.
+
+The hook is transparent.when_imported's, the one commviz patches every module with:
+it waits for the import, never makes it, and never takes itself off `sys.meta_path`
+while the import system walks the list (which would skip the finder after it)."""
 
 from __future__ import annotations
 
-import importlib.abc
 import sys
 
+from commviz.probe import transparent
+
 _TARGET = "torch.distributed"
+_armed = False
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Lets torch.distributed load normally, then instruments it."""
+def _instrument(module) -> None:
+    from commviz import instrument
 
-    def find_spec(self, name, path, target=None):
-        if name != _TARGET:
-            return None
-        sys.meta_path.remove(self)
-        import importlib.util
+    instrument()
 
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        orig_exec = loader.exec_module
 
-        def exec_module(module):
-            orig_exec(module)
-            from commviz import instrument
-
-            instrument()
-
-        loader.exec_module = exec_module
-        return spec
+def _off(exc: Exception) -> None:  # never stop the user's program from starting
+    sys.stderr.write(f"commviz: auto-instrumentation is off: {type(exc).__name__}: {exc}\n")
 
 
 def arm() -> None:
-    if _TARGET in sys.modules:
-        from commviz import instrument
-
-        instrument()
-        return
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    global _armed
+    if not _armed:
+        _armed = True
+        transparent.when_imported(_TARGET, _instrument, _off)
