@@ -22,7 +22,7 @@ from commviz.probe.config import ProbeConfig
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name, reduce_name, tensor_nbytes
 from commviz.probe.sender import EXIT_GRACE_S, Sender
-from commviz.probe.work import Waiters
+from commviz.probe.work import Outstanding, Waiters
 from commviz.trace import ring as _ring
 
 # Per-thread state of the wrappers, one list so a call reads the thread-local once:
@@ -114,6 +114,7 @@ class Probe:
         self.cuda_side = None  # CudaSide (probe/cuda.py), made at start
         self.cuda_module = None  # torch.cuda, or a stand-in that models it (tests)
         self.waiters = Waiters(self._work_done)
+        self.outstanding = Outstanding()  # CPU completions on torch's threads, settled at exit
         self.wrapper_codes: set = set()  # code objects of our wrappers: find waiting threads by them
         # torch's own functions under the C wrapper (patch._c_wrapper), which leaves no
         # frame: threads are found by these too, but their frames are not skipped
@@ -257,6 +258,10 @@ class Probe:
         s = self.sender
         if s is None:
             return
+        left = self.outstanding.settle()
+        if left:
+            self.health.warn_once("exit", f"{left} async op(s) still in flight at exit; "
+                                          "their ends are not recorded")
         try:
             self.auditor.now()  # before the last flush, which carries it
         except Exception as exc:
@@ -471,6 +476,7 @@ class Probe:
 
     def _work_done(self, op_id: int, t: int, err: str) -> None:
         self.push(end_record(op_id, t, err))
+        self.outstanding.end(op_id)
 
     def track(self, rec: Rec, work, nbytes: int = -1, coalesced: bool = False) -> None:
         """Stamp the end of an async op when its Work completes, however the backend
@@ -493,6 +499,7 @@ class Probe:
                 self._track_mode[key] = "future"
                 self.track_future(rec, fut, nbytes)
                 return
+        self.outstanding.begin(rec.id)
         self.waiters.track(rec.id, work)
 
     def track_future(self, rec: Rec, fut, nbytes: int = -1) -> None:
@@ -502,7 +509,7 @@ class Probe:
         if rec.cuda:
             self.cuda_side.end_future(rec.id, rec.cuda, fut, time.monotonic_ns() - rec.t0, nbytes)
             return
-        op_id, push = rec.id, self.push
+        op_id, push, outstanding = rec.id, self.push, self.outstanding
 
         def done(f):
             t = time.monotonic_ns()
@@ -511,6 +518,10 @@ class Probe:
                 f.value()
             except Exception as exc:
                 err = f"{type(exc).__name__}: {exc}"[:500]
-            push(end_record(op_id, t, err, nbytes))
+            try:
+                push(end_record(op_id, t, err, nbytes))
+            finally:
+                outstanding.end(op_id)
 
+        outstanding.begin(op_id)
         fut.add_done_callback(done)

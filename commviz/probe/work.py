@@ -23,6 +23,43 @@ from commviz.probe import transparent
 
 MAX_WAITERS = 32
 WAITER_IDLE_S = 5.0
+EXIT_STALL_S = 1.0  # at exit, give up on outstanding completions once none has come this long
+
+
+class Outstanding:
+    """Completions commviz left on threads torch owns: a done-callback on a gloo
+    future, a waiter thread inside a C++ wait(). Either takes the GIL when it runs. If
+    that happens once the interpreter is finalizing, CPython ends the thread with
+    pthread_exit, and the unwind through torch's noexcept C++ frames aborts the process
+    ("terminate called without an active exception"). A job that exits with async ops in
+    flight exits cleanly without commviz. So exit waits for these to settle first.
+
+    A set, because add and discard are atomic under the GIL and cost ~40 ns. A counter
+    would need a lock on the op's path."""
+
+    def __init__(self) -> None:
+        self.ids: set[int] = set()
+
+    def begin(self, op_id: int) -> None:
+        """Before the callback is attached: one attached to a done future runs at once."""
+        self.ids.add(op_id)
+
+    def end(self, op_id: int) -> None:
+        self.ids.discard(op_id)
+
+    def settle(self, stall_s: float = EXIT_STALL_S, clock=time.monotonic, sleep=time.sleep) -> int:
+        """Wait, letting go of the GIL, while completions keep coming; return how many
+        are left. Plain torch's exit also waits for queued gloo work (its destructor
+        drains the queue), so this waits as long as work progresses and gives up only
+        on a stall: an op that never completes (a dead peer, an unmatched recv)."""
+        left = len(self.ids)
+        deadline = clock() + stall_s
+        while left and clock() < deadline:
+            sleep(0.002)
+            now_left = len(self.ids)
+            if now_left < left:
+                left, deadline = now_left, clock() + stall_s
+        return len(self.ids)
 
 
 class _Tracked:

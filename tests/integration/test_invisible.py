@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from commviz.events import OpStart
+from commviz.events import OpEnd, OpStart
 from commviz.launch import job_env
 from commviz.trace.file import load
 from tests.integration.conftest import JOBS, run, torchrun
@@ -31,7 +31,7 @@ def seen(tmp_path_factory):
             env["COMMVIZ_TRACE_DIR"] = str(tmp / "trace")
         out = tmp / f"{name}.json"
         p = run(torchrun(3, job, "--out", str(out)), env=env, timeout=240)
-        assert p.returncode == 0, p.stderr[-3000:]
+        assert p.returncode == 0, f"the job run {name}: " + p.stderr[-3000:]
         got.append(json.loads(out.read_text()))
     ops = [e.op for b in load(tmp / "trace").batches for e in b.events if isinstance(e, OpStart)]
     return got[0], got[1], ops
@@ -66,3 +66,18 @@ def test_torchs_functions_look_the_same_every_way(seen):
     for name, face in plain["faces"].items():
         for k, v in face.items():
             assert under["faces"][name][k] == v, f"{name}: {k}"
+
+
+def test_a_job_that_exits_with_ops_in_flight_exits_cleanly_and_every_op_ends(tmp_path):
+    sock = tmp_path / "sock"
+    sock.mkdir(mode=0o700)
+    env = job_env(f"ipc://{sock}/nobody.sock", {})
+    env["COMMVIZ_TRACE_DIR"] = str(tmp_path / "trace")
+    p = run(torchrun(3, os.path.join(JOBS, "exit_in_flight.py")), env=env, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "terminate called" not in p.stderr
+    events = [(b.rank, e) for b in load(tmp_path / "trace").batches for e in b.events]
+    starts = {(r, e.id) for r, e in events if isinstance(e, OpStart) and e.op in ("all_reduce", "isend", "irecv")}
+    assert len(starts) == 3 * (100 + 20 + 20)
+    ended = {(r, e.id) for r, e in events if isinstance(e, OpEnd)}
+    assert starts <= ended

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from commviz.probe.work import Waiters
+from commviz.probe.work import Outstanding, Waiters
 
 
 class FakeWork:
@@ -105,3 +105,48 @@ def test_install_twice_keeps_one_patch(waiters):
     patched = Work.wait
     w.install(Work)
     assert Work.wait is patched
+
+
+class StepClock:
+    """A clock that moves only when the code under test sleeps; `on_sleep` runs at
+    each sleep, as completions would arrive from torch's threads meanwhile."""
+
+    def __init__(self, on_sleep=lambda now: None):
+        self.now = 0.0
+        self.on_sleep = on_sleep
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.now += s
+        self.on_sleep(self.now)
+
+
+def test_exit_waits_while_completions_keep_coming_however_long_that_takes():
+    out = Outstanding()
+    for i in range(10):
+        out.begin(i)
+
+    def one_every_half_second(now):  # 5 s in all: longer than the stall limit
+        if now >= 0.5 * (10 - len(out.ids) + 1):
+            out.end(min(out.ids))
+
+    clock = StepClock(one_every_half_second)
+    assert out.settle(stall_s=1.0, clock=clock, sleep=clock.sleep) == 0
+    assert 4.9 < clock.now < 5.1
+
+
+def test_exit_gives_up_on_an_op_that_never_completes_after_the_stall_limit():
+    out = Outstanding()
+    out.begin(1)
+    out.begin(2)
+    clock = StepClock(lambda now: out.end(1) if now > 0.3 else None)
+    assert out.settle(stall_s=1.0, clock=clock, sleep=clock.sleep) == 1
+    assert 1.29 < clock.now < 1.32
+
+
+def test_nothing_outstanding_costs_exit_nothing():
+    clock = StepClock()
+    assert Outstanding().settle(clock=clock, sleep=clock.sleep) == 0
+    assert clock.now == 0
