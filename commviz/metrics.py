@@ -359,8 +359,7 @@ def feed_collector(feed, max_groups: int = MAX_GROUPS) -> CommvizCollector:
 class MetricsServer:
     host: str
     port: int
-    _httpd: object = None
-    _thread: threading.Thread | None = None
+    _server: object = None  # serving.server.HttpServer
 
     @property
     def url(self) -> str:
@@ -368,10 +367,9 @@ class MetricsServer:
         return f"http://{host}:{self.port}/metrics"
 
     def close(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
+        if self._server is not None:
+            self._server.close()
+            self._server = None
 
 
 def registry_of(collector: Collector, process: bool = True) -> CollectorRegistry:
@@ -395,15 +393,12 @@ def http_view(feed) -> dict:
     return {"/metrics": (CONTENT_TYPE_LATEST, lambda: generate_latest(registry))}
 
 
-def serve(collector: Collector, host: str = DEFAULT_HOST, port: int = 0, process: bool = True) -> MetricsServer:
-    """`/metrics` on host:port (0: any free port; `MetricsServer.port` says which),
-    served from a daemon thread by prometheus_client's `start_http_server`
-    (`registry_of`). Raises CommvizError, naming the fix, when it cannot listen."""
-    from prometheus_client import start_http_server
+def listen_socket(host: str, port: int):
+    """`--metrics HOST:PORT` bound and listening; a CommvizError naming the fix."""
+    from commviz.serving.server import listening_socket
 
-    registry = registry_of(collector, process)
     try:
-        got = start_http_server(port, addr=host, registry=registry)
+        return listening_socket(host, port)
     except OSError as exc:
         where = f"{host}:{port}"
         if exc.errno == errno.EADDRINUSE:
@@ -414,7 +409,26 @@ def serve(collector: Collector, host: str = DEFAULT_HOST, port: int = 0, process
                                "use a port above 1023") from exc
         raise CommvizError(f"--metrics {where}: cannot listen: {exc}; give HOST:PORT of this machine, "
                            f"e.g. --metrics {DEFAULT_HOST}:9400") from exc
-    if isinstance(got, tuple):  # prometheus-client >= 0.20 hands back the server and its thread
-        httpd, thread = got
-        return MetricsServer(host, httpd.server_address[1], httpd, thread)
-    return MetricsServer(host, port)
+
+
+def serve(collector: Collector, host: str = DEFAULT_HOST, port: int = 0, process: bool = True) -> MetricsServer:
+    """`/metrics` alone on host:port (0: any free port; `MetricsServer.port` says
+    which), for a collector with no other HTTP face (`record --metrics`): the same
+    asyncio server as `serve --http` (serving/server.py), with one path. A collector
+    that has an HTTP view serves `--metrics` as a second address of that one
+    (httpview.StateServer.add_metrics). Raises CommvizError, naming the fix."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    from commviz.serving.server import HttpServer, Lane, Later, Reply
+
+    registry = registry_of(collector, process)
+    sock = listen_socket(host, port)
+
+    def answer(ask):
+        if ask.path != "/metrics":
+            return Reply(404, "text/plain", b"only /metrics is served here\n")
+        return Later(lambda: Reply(200, CONTENT_TYPE_LATEST, generate_latest(registry)), Lane.STATE)
+
+    server = HttpServer(answer)
+    site = server.listen(sock, "metrics")
+    return MetricsServer(host, site.port, server)

@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed, start_metrics
+from commviz.commands._live import METRICS_HELP, metrics_addr, open_feed
 from commviz.commands.base import Command
 
 CHECK_EVERY_S = 0.5
@@ -56,9 +56,8 @@ def run(args, cmd: list[str]) -> int:
 
     feed, _ = open_feed(args.listen, None, args.output, args.hang_after, with_rings=bool(args.ring_dir),
                         ring_dir=args.ring_dir)
-    http = endpoint = note = token_file = None
+    http = note = token_file = None
     try:
-        endpoint = start_metrics(args.metrics, feed)
         # Always a view: on --http, else on a free loopback port that the note next to
         # the listening address names (`watch --connect ADDR`, `summary --live ADDR`).
         host, port = args.http or ("127.0.0.1", 0)
@@ -69,6 +68,8 @@ def run(args, cmd: list[str]) -> int:
         view_token = os.environ.get(VIEW_TOKEN_ENV) or make_token()
         http = StateServer(feed, host, port, token=os.environ.get("COMMVIZ_TOKEN"),
                            extra=_metrics_view(feed), views=views, loopback_token=view_token)
+        if args.metrics:  # a second address of the same server, answering /metrics alone
+            feed.metrics_url = http.add_metrics(*args.metrics)
         token_file = _keep_token(http, view_token)  # before it answers: a script polling it gets in at once
         http.start()
         # Before the first line a dashboard waits for: from then on it may signal us.
@@ -84,8 +85,8 @@ def run(args, cmd: list[str]) -> int:
             print(f"  its token (your own views and scripts find it): {token_file}", flush=True)
             print(f"  from another machine, through ssh -L: COMMVIZ_TOKEN=$(ssh {socket.gethostname()} cat {token_file})",
                   flush=True)
-        if endpoint is not None:
-            print(f"  metrics: {endpoint.url}", flush=True)
+        if feed.metrics_url:
+            print(f"  metrics: {feed.metrics_url}", flush=True)
         if args.output:
             print(f"  writing every event to {args.output}", flush=True)
         _loop(feed, stopping, args.for_s, notes, args.parent)
@@ -98,8 +99,6 @@ def run(args, cmd: list[str]) -> int:
                     os.unlink(path)
         if http is not None:
             http.close()
-        if endpoint is not None:
-            endpoint.close()
         feed.close()
     with feed.lock:
         s = feed.model.summary()
