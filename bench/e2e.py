@@ -52,6 +52,7 @@ def main() -> None:
     print(f"  uninstrumented : {o:8.1f} µs/step   runs {', '.join(f'{x:.0f}' for x in off)}")
     print(f"  instrumented   : {i:8.1f} µs/step   runs {', '.join(f'{x:.0f}' for x in on)}")
     print(f"  added          : {i - o:8.1f} µs/step ({(i / o - 1) * 100:+.1f}%)")
+    feed.drain()
     with feed.lock:
         counts = [r.per_op.get("all_reduce", [0])[0] for r in feed.model.ranks.values()]
     print(f"  watcher saw    : {counts} all_reduce per rank in the last run (expected {args.iters})")

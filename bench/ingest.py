@@ -114,7 +114,8 @@ def run(ranks: int, seconds: float, procs: int, rate: float, record: str | None 
     for p in ps:
         p.start()
     while True:
-        with feed.lock:  # the model's lock: every frame that has arrived is in the model
+        feed.drain()  # every frame that has arrived, into the model
+        with feed.lock:
             if len(feed.model.ranks) >= ranks:
                 base = feed.model.events
                 break
@@ -124,6 +125,7 @@ def run(ranks: int, seconds: float, procs: int, rate: float, record: str | None 
     threads0 = thread_cpu()
     go.set()
     time.sleep(seconds)
+    feed.drain()
     with feed.lock:
         got = feed.model.events - base
         lag_s = (time.time_ns() - feed.model.last_t) / 1e9

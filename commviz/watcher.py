@@ -1,6 +1,15 @@
 """The watcher's live source: a transport server feeding one model, optionally
-recording every valid frame to a trace file. The model is guarded by one lock,
-held only to ingest a batch or copy a snapshot."""
+recording every valid frame to a trace file. The model is guarded by one plain
+lock, held only to ingest a batch or copy a snapshot.
+
+Frames wait in a queue and go into the model a batch at a time. Taking the lock
+does not put them in: that is a step of its own, taken where it is wanted. The
+drainer thread, a view's tick and the reader (`_on_batch`) put in what has
+waited `DRAIN_S` (`drain_due`), so a 20 frames/s screen does not cut the batches to
+50 ms; whoever must see every frame that has arrived (`drain`: a script's summary,
+`note_stop`, the liveness checks, `close`) forces them all in first. Under the lock
+alone the model is at most ~1.5 × `DRAIN_S` behind what has arrived.
+"""
 
 from __future__ import annotations
 
@@ -45,45 +54,10 @@ class IngestCounts:
     refused_limit: int = 0
 
 
-class DrainingLock:
-    """The model's lock: whoever takes it finds every frame that has arrived in the
-    model, so what it reads or ingests follows them, as without the queue. The view
-    (`LiveFeed.view_lock`, for the dashboard's snapshots) shares the lock but leaves
-    frames younger than `DRAIN_S` queued: a 20 frames/s screen would otherwise cut
-    the batches to 50 ms."""
-
-    def __init__(self, feed: "LiveFeed", force: bool = True, lock: threading.Lock | None = None) -> None:
-        self._lock = lock if lock is not None else threading.Lock()
-        self._feed = feed
-        self._force = force
-
-    def view(self) -> "DrainingLock":
-        return DrainingLock(self._feed, force=False, lock=self._lock)
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        got = self._lock.acquire(blocking, timeout)
-        if got:
-            try:
-                self._feed._drain_locked(force=self._force)
-            except BaseException:
-                self._lock.release()
-                raise
-        return got
-
-    def release(self) -> None:
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc) -> None:
-        self.release()
-
-
 class LiveFeed:
+    """A collector's model, fed by the transport server (and the crash rings and
+    liveness checks of the ranks on this host)."""
+
     def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0,
                  ring_dir: str | None = None, token: str | None = None) -> None:
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
@@ -93,8 +67,8 @@ class LiveFeed:
         self._queued = 0  # events in them
         self._queued_at = 0.0  # monotonic time the oldest arrived
         self._qlock = threading.Lock()
-        self.lock = DrainingLock(self)
-        self.view_lock = self.lock.view()
+        self.lock = threading.Lock()  # the model's: taking it puts nothing in (`drain`, `drain_due` do)
+        self.view_lock = self.lock  # the name metrics.py reads the model under; the same lock
         self.model = Model(hang_after_s=hang_after_s)
         self.overload = Overload()  # how far behind the job we are; sheds detail past a bound
         self.writer = TraceWriter(record_to) if record_to else None
@@ -120,7 +94,8 @@ class LiveFeed:
     def _on_batch(self, batch: Batch, payload: bytes) -> None:
         # Taking the model's lock per frame keeps the backpressure of before: while the
         # dashboard holds the model the reader waits, and the server sheds (and says so).
-        with self.view_lock:  # puts in the frames that have waited DRAIN_S
+        with self.lock:
+            self._drain_locked(force=False)  # the frames that have waited DRAIN_S
             with self._qlock:
                 if self.writer is not None:
                     self.writer.write(payload)
@@ -133,9 +108,18 @@ class LiveFeed:
                 self._drain_locked(force=False)
 
     def drain(self) -> None:
-        """Put every frame that has arrived into the model now."""
+        """Put every frame that has arrived into the model now: for a reader that must
+        see them all (a summary, the end of a job), at the cost of cutting a batch
+        before its collectives are whole."""
         with self.lock:
             self._drain_locked(force=True)
+
+    def drain_due(self) -> None:
+        """Put in the frames that have waited `DRAIN_S` (or past `DRAIN_EVENTS`), and
+        leave the youngest queued: what the drainer and a view do, often, without
+        cutting the batch the queue is building."""
+        with self.lock:
+            self._drain_locked(force=False)
 
     def _drain_locked(self, force: bool) -> None:
         """With the model's lock held: the queued frames into the model, in one batch.
@@ -174,8 +158,7 @@ class LiveFeed:
     def _drain_now_and_then(self) -> None:
         while not self._stop.wait(DRAIN_S / 2):
             if self._queue or len(self._carry):
-                with self.view_lock:  # drains what has waited DRAIN_S
-                    pass
+                self.drain_due()
 
     def _on_error(self, peer: str, message: str) -> None:
         """Called by the reader thread too, which must never wait for the model's
@@ -209,7 +192,7 @@ class LiveFeed:
         at most once a second per peer; the model learns the count and the last
         description here."""
         n, self._unsynced = self._unsynced, 0
-        with self.view_lock:  # counts only: no reason to cut the batch the queue is building
+        with self.lock:  # counts only: no reason to cut the batch the queue is building
             m = self.model
             if n and self.errors:
                 m.note_decode_error(self.errors[-1])
@@ -220,7 +203,7 @@ class LiveFeed:
         while not self._stop.wait(LIVENESS_EVERY_S):
             self._sync_counts()
             self.collect_rings()
-            with self.view_lock:  # a hello still queued is seen on the next round
+            with self.lock:  # a hello still queued is seen on the next round
                 candidates = [
                     (r.rank, r.hello.pid)
                     for r in self.model.ranks.values()
@@ -231,8 +214,8 @@ class LiveFeed:
                 if not _pid_alive(pid):
                     recovered = self._read_ring(rank, pid)
                     with self.lock:
-                        r = self.model.ranks.get(rank)
-                        # Re-check under the lock: its goodbye may just have arrived.
+                        self._drain_locked(force=True)  # its goodbye may just have arrived:
+                        r = self.model.ranks.get(rank)  # re-check with every frame in
                         if r is not None and r.hello is not None and r.hello.pid == pid and r.status is not RankStatus.EXITED:
                             for ev in recovered:
                                 self.model.ingest(rank, ev)
@@ -291,6 +274,7 @@ class LiveFeed:
                 continue
             rank, pid, events = got
             with self.lock:
+                self._drain_locked(force=True)  # what it sent before it died goes first (or says goodbye)
                 r = self.model.ranks.get(rank)
                 if r is not None and r.status is RankStatus.EXITED:
                     continue
@@ -305,6 +289,7 @@ class LiveFeed:
 
         now = time.time_ns()
         with self.lock:
+            self._drain_locked(force=True)  # a rank whose goodbye has arrived is not stopped by us
             for r in self.model.ranks.values():
                 if r.hello is None or r.gone:
                     continue
@@ -329,7 +314,9 @@ class LiveFeed:
         return time.time_ns()
 
     def advance(self) -> None:
-        pass
+        """A view's tick: the frames that have waited `DRAIN_S` go in first, the
+        youngest left to build the next batch."""
+        self.drain_due()
 
     def status(self) -> str:
         m, srv = self.model, self.server
@@ -357,6 +344,7 @@ class LiveFeed:
 
     def all_exited(self) -> bool:
         with self.lock:
+            self._drain_locked(force=True)  # a goodbye that has arrived counts
             rs = self.model.ranks.values()
             return bool(rs) and all(r.gone for r in rs)
 

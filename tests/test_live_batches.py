@@ -1,6 +1,6 @@
 """The live watcher queues frames and hands them to the model a batch at a time:
-whoever takes the model's lock sees every frame that arrived, in arrival order, as
-if each had been ingested on arrival."""
+after a `drain`, whoever takes the model's lock sees every frame that arrived, in
+arrival order, as if each had been ingested on arrival."""
 
 import random
 import time
@@ -39,6 +39,7 @@ def test_queued_frames_reach_the_model_as_if_ingested_one_by_one(tmp_path, monke
         one = Model()
         for r, ev in trace:
             one.ingest(r, ev)
+        feed.drain()
         with feed.lock:
             assert _state(feed.model) == _state(one)
         assert any(carried)  # some drains left events for the next
@@ -74,12 +75,43 @@ def test_what_a_drain_held_back_goes_in_once_nothing_more_comes(tmp_path):
         feed._on_batch(Batch(BASE_SCHEMA, 0, [OpStart(steps, t + 1000 * steps, "all_reduce", "0", steps, 64)]), b"")
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
-            with feed.view_lock:  # never forces: only the feed's own drainer may put it in
+            with feed.lock:  # puts nothing in: only the feed's own drainer may
                 if feed.model.ranks[0].inflight:
                     break
             time.sleep(0.05)
-        with feed.view_lock:
+        with feed.lock:
             assert feed.model.events == 2 * n + 2 * n * steps + 1
             assert len(feed.model.ranks[0].inflight) == 1
+    finally:
+        feed.close()
+
+
+def test_taking_the_lock_ingests_nothing_a_view_leaves_young_frames_and_drain_takes_all(tmp_path):
+    """Whoever holds the model's lock (a scrape, the liveness thread) pays for no
+    ingest; a view's tick leaves frames younger than DRAIN_S to finish their batch;
+    a summary's `drain` sees every frame that has arrived."""
+    from commviz.events import BASE_SCHEMA, GroupDef, Hello
+    from commviz.tui.snapshot import fetch
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    feed = LiveFeed(f"ipc://{d}/w.sock")  # not started: no drainer thread, frames handed in as the reader would
+    mono, wall = time.monotonic_ns(), time.time_ns()
+
+    def frame(r: int) -> Batch:
+        return Batch(BASE_SCHEMA, r, [Hello(r, r, 2, "x", 1, "gloo", "cpu", "b", "b", "b", mono, wall),
+                                      GroupDef("0", [0, 1], "gloo")])
+
+    try:
+        feed._on_batch(frame(0), b"")
+        with feed.lock:
+            assert feed.model.events == 0
+        assert fetch(feed, None, None, False).info.events == 0  # young: left queued
+        time.sleep(watcher.DRAIN_S * 1.2)
+        assert fetch(feed, None, None, False).info.events == 2  # waited its DRAIN_S: in
+        feed._on_batch(frame(1), b"")
+        feed.drain()
+        with feed.lock:
+            assert feed.model.events == 4 and sorted(feed.model.ranks) == [0, 1]
     finally:
         feed.close()

@@ -17,11 +17,13 @@ signal.signal(signal.SIGTERM, lambda *a: stop.set())
 seen = -1
 print("listening", flush=True)
 while not stop.wait(0.02):
+    feed.drain()
     with feed.lock:
         n = sum(r.hello is not None for r in feed.model.ranks.values())
     if n != seen:
         seen = n
         print(f"ranks {n} {time.monotonic():.3f}", flush=True)
+feed.drain()
 with feed.lock:
     s = feed.model.summary()
 feed.close()
