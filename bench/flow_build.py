@@ -21,7 +21,8 @@ from textual.app import App  # noqa: E402
 
 from commviz.model.diagnosis import RankStatus  # noqa: E402
 from commviz.model.flows import EdgeRate  # noqa: E402
-from commviz.tui.widgets.flow import FlowData, FlowNode, FlowView  # noqa: E402
+from commviz.tui.widgets.flow import FlowView  # noqa: E402
+from commviz.view.flow import FlowData, FlowNode  # noqa: E402
 
 
 def world(n: int, tick: int) -> FlowData:

@@ -40,26 +40,21 @@ from commviz.events import BASE_SCHEMA, Batch, GroupDef, Hello, OpEnd, OpStart, 
 from commviz.model.store import decode_frame  # noqa: E402
 from commviz.model.state import Model  # noqa: E402
 from commviz.tui.app import WatchApp  # noqa: E402
+from commviz.view.feed import ModelFeed  # noqa: E402
 from commviz.watcher import LiveFeed  # noqa: E402
 
 CHUNK = 256  # events per lock acquisition (a transport batch)
 
 
-class BenchFeed:
+class BenchFeed(ModelFeed):
     """A live-like feed: wall-clock now, a model, the lock."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.model = Model()
 
-    def now_ns(self) -> int:
-        return time.time_ns()
-
     def status(self) -> str:
         return f"bench · {len(self.model.ranks)} ranks · {self.model.events} events"
-
-    def advance(self) -> None:
-        pass
 
 
 class Producer(threading.Thread):
@@ -265,7 +260,7 @@ async def run_one(n: int, rate: float, seconds: float, size: tuple[int, int], an
         "lock_hold_max_ms": 1e3 * max(holds) if holds else 0.0,
         "events_per_s": (sent1 - sent0) / span,
         "producer_lock_wait_ms": 1e3 * max(prod.lock_waits) if prod.lock_waits else 0.0,
-        "model_events": feed.model.events if feed.model is not None else None,
+        "model_events": None if remote else feed.model.events,  # (remote: in the collector's process)
     }
 
 

@@ -20,7 +20,7 @@ import resource
 import time
 
 from commviz.tui.feed import ReplayFeed
-from commviz.tui.snapshot import take_snapshot
+from commviz.view.snapshot import take_snapshot
 
 
 def mb(kb: int) -> str:

@@ -27,7 +27,7 @@ from commviz.events import GroupDef, Hello, OpEnd, OpStart  # noqa: E402
 from commviz.model.state import Model  # noqa: E402
 from commviz.topo.discover import discover  # noqa: E402
 from commviz.topo.presets import load_preset  # noqa: E402
-from commviz.tui.snapshot import take_snapshot  # noqa: E402
+from commviz.view.snapshot import take_snapshot  # noqa: E402
 from commviz.tui.widgets.links import link_rows  # noqa: E402
 
 WALL0 = 1_700_000_000_000_000_000

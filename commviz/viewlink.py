@@ -1,34 +1,47 @@
 """The dashboard as a client of a collector: `commviz watch --connect HOST:PORT`.
 
 The collector (`commviz serve --http PORT`) answers `GET /view` with one data tick's
-reading (`tui.snapshot.Fetched`), taken under its lock exactly as an embedded
+reading (`view.snapshot.Fetched`), taken under its lock exactly as an embedded
 dashboard takes it, with the view's own focus, freeze and summary state in the query.
 The view asks at its own frame rate and has at most one request out (the update
 thread's rule), so a slow view just asks less often: it never queues snapshots on the
 collector and never slows ingest for longer than one snapshot. Any number of views
-(and scrapes) share one collector; each request is served on a thread of its own.
+(and scrapes) share one collector.
 
-The body is a pickle (the snapshot is a graph of the model's dataclasses), read back
-with an unpickler that builds only commviz's own data types and plain containers
-(ownpickle.py): a collector that answers something else gets a clear error, not code
-run in the view.
+The body is msgpack, written and read by msgspec against the types themselves:
+`[PROTOCOL, payload]`, the payload a `Fetched` (or, for /view/hello, a `ViewHello`)
+whose every field is plain typed data (view/snapshot.py). Reading it builds those
+types and nothing else, so an answer that is not one (another program, a collector
+of another version, a truncated body) is a `ViewError` that says so, never code run
+in the view and never a crash on its update thread. The protocol number comes
+first, so a view tells a collector of another version from garbage and names the
+fix. This is for commviz's views of the same version, not a format for other
+programs: scripts read `/summary` and `/metrics`.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from urllib.parse import parse_qs, urlencode, urlparse
+from typing import TypeVar
+from urllib.parse import urlparse
 
-from commviz import ownpickle
+import msgspec
+
 from commviz.errors import CommvizError
+from commviz.topo.model import Topology
+from commviz.view.feed import ModelFeed, ViewQuery
+from commviz.view.snapshot import Fetched, Hosts, ModelInfo, OneTopology
 
-CONTENT_TYPE = "application/x-commviz-view"
-PROTOCOL = 2  # the hello's (2: rank rows are `RankRow`s); a view refuses a collector that speaks another
+__all__ = ["CONTENT_TYPE", "PROTOCOL", "Refused", "RemoteFeed", "ViewError", "ViewHello", "ViewQuery",
+           "ViewSource", "decode", "encode"]
+
+CONTENT_TYPE = "application/x-commviz-view+msgpack"
+# Carried first in every body; a view refuses a collector that speaks another
+# (2: pickles of the snapshot; 3: msgspec of typed data, alert rows as words).
+PROTOCOL = 3
 TIMEOUT_S = 5.0
 
 
@@ -40,6 +53,15 @@ class Refused(ViewError):
     """401: the token was not the collector's."""
 
 
+@dataclass(frozen=True)
+class ViewHello:
+    """What a view learns once, when it connects: the collector's name for itself and
+    the topology it was given (the links panel's capacities)."""
+
+    title: str
+    topology: Topology | None = None
+
+
 def tokens_to_try(url: str, given: str | None) -> list[str | None]:
     """The tokens to offer a collector at `url`, in turn: the one this user's own
     collector there left (`local_token`), then the one given (COMMVIZ_TOKEN: another
@@ -48,56 +70,42 @@ def tokens_to_try(url: str, given: str | None) -> list[str | None]:
     return out or [None]
 
 
-def loads(data: bytes):
+_ENCODER = msgspec.msgpack.Encoder()
+_ENVELOPE = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])  # the payload is read once its version is known
+_DECODERS = {Fetched: msgspec.msgpack.Decoder(Fetched), ViewHello: msgspec.msgpack.Decoder(ViewHello)}
+T = TypeVar("T", Fetched, ViewHello)
+
+
+def encode(payload: Fetched | ViewHello) -> bytes:
+    """A /view or /view/hello body."""
+    return _ENCODER.encode((PROTOCOL, payload))
+
+
+def decode(data: bytes, kind: type[T], where: str = "the collector") -> T:
+    """A body read back as `kind`; ViewError, in words that name the fix, for
+    anything else."""
     try:
-        return ownpickle.load(io.BytesIO(data))
-    except ownpickle.RefusedPickle as exc:
-        raise ViewError(f"the collector's answer {exc}: is that a commviz collector of this version?") from None
-    except Exception as exc:  # a truncated or foreign body: say so, do not crash the view
-        raise ViewError(f"the collector's answer could not be read ({type(exc).__name__}: {exc})") from None
-
-
-def dumps(obj) -> bytes:
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-@dataclass(frozen=True)
-class ViewQuery:
-    """What a view asks of each tick: the part of `tui.snapshot.fetch`'s arguments
-    that belongs to the view, not to the collector."""
-
-    focus: int | None = None
-    frozen: bool = False
-    simulate: bool = False
-    summary_unless: int | None = -1
-
-    def encode(self) -> str:
-        q = {"frozen": int(self.frozen), "simulate": int(self.simulate)}
-        if self.focus is not None:
-            q["focus"] = self.focus
-        if self.summary_unless is not None:
-            q["summary_unless"] = self.summary_unless
-        return urlencode(q)
-
-    @classmethod
-    def decode(cls, query: str) -> "ViewQuery":
-        q = {k: v[0] for k, v in parse_qs(query).items()}
-
-        def num(key: str) -> int | None:
-            v = q.get(key)
-            return int(v) if v is not None and v.lstrip("-").isdigit() else None
-
-        return cls(focus=num("focus"), frozen=q.get("frozen") == "1", simulate=q.get("simulate") == "1",
-                   summary_unless=num("summary_unless"))
+        protocol, payload = _ENVELOPE.decode(data)
+    except msgspec.DecodeError as exc:  # (ValidationError too) a foreign or truncated body
+        raise ViewError(f"{where}'s answer could not be read ({exc}): is that a commviz collector of this "
+                        "version? Run the same commviz version on both sides") from None
+    if protocol != PROTOCOL:
+        raise ViewError(f"{where} speaks view protocol {protocol}, this commviz speaks {PROTOCOL}: "
+                        "run the same commviz version on both sides")
+    try:
+        return _DECODERS[kind].decode(payload)
+    except msgspec.DecodeError as exc:
+        raise ViewError(f"{where}'s answer is not a {kind.__name__} ({exc}): is that a commviz collector of "
+                        "this version?") from None
 
 
 SHARE_S = 0.1  # views asking the same within this share one snapshot (they ask at 4 Hz)
 KEEP_S = 10.0  # the latest answer to each question is kept this long (while the budget is spent)
-KEEP_MAX = 64  # and for this many questions at most (at 1,024 ranks ~240 KB each)
+KEEP_MAX = 64  # and for this many questions at most (at 1,024 ranks ~390 KB each)
 # The share of the collector's time that views' snapshots may take, all views together:
 # after a snapshot that took `c`, the next waits until c / VIEW_SHARE has passed since
 # it began. One view at 4 Hz never waits (1,024 ranks: ~40 ms a snapshot and its
-# pickle, 16 %); many views with foci of their own ask less often each, and ingest,
+# encoding, 16 %); many views with foci of their own ask less often each, and ingest,
 # which shares the collector's GIL, keeps the rest.
 VIEW_SHARE = 0.25
 
@@ -108,17 +116,18 @@ class ViewSource:
 
     Views that ask the same question within `SHARE_S` of each other get the same
     answer: a room of people watching one job costs the collector one snapshot a
-    tick, not one each (at 1,024 ranks a snapshot and its pickle are ~40 ms); and
+    tick, not one each (at 1,024 ranks a snapshot and its encoding are ~40 ms); and
     snapshots together take at most `VIEW_SHARE` of its time, however many views ask
     different questions: past that a view gets the latest answer to its question
     (fresher when the budget allows), and only a view asking for the first time
     waits for one."""
 
-    def __init__(self, feed, topology=None, hosts=None, title: str = "commviz serve",
-                 clock=time.monotonic, sleep=time.sleep) -> None:
+    def __init__(self, feed: ModelFeed, topology: Topology | None = None, hosts: Hosts | None = None,
+                 title: str = "commviz serve", clock=time.monotonic, sleep=time.sleep) -> None:
         import threading
 
-        self.feed, self.topology, self.hosts, self.title = feed, topology, hosts, title
+        self.feed, self.topology, self.title = feed, topology, title
+        self.hosts = hosts if hosts is not None else OneTopology(topology)
         self._clock, self._sleep = clock, sleep
         self._lock = threading.Lock()  # one snapshot at a time; the others wait and share it
         self._last: dict[ViewQuery, tuple[float, bytes]] = {}
@@ -128,11 +137,9 @@ class ViewSource:
         self.stale = 0  # answers given again while the budget was spent
 
     def hello(self) -> bytes:
-        return dumps({"protocol": PROTOCOL, "title": self.title, "topology": self.topology})
+        return encode(ViewHello(self.title, self.topology))
 
     def view(self, query: str) -> bytes:
-        from commviz.tui.snapshot import fetch
-
         q = ViewQuery.decode(query)
         asked = self._clock()
         with self._lock:
@@ -148,8 +155,7 @@ class ViewSource:
                 self._sleep(self._next_at - now)  # a first question waits (the lock held: one at a time)
                 self.waited_s += self._next_at - now
                 now = self._clock()
-            body = dumps(fetch(self.feed, q.focus, self.topology, q.frozen, q.simulate,
-                               summary_unless=q.summary_unless, hosts=self.hosts))
+            body = encode(self.feed.fetch(q, self.hosts))
             done = self._clock()
             self._next_at = now + (done - now) / VIEW_SHARE
             self.taken += 1
@@ -291,36 +297,32 @@ def resolve(addr: str | None) -> str:
 
 
 class RemoteFeed:
-    """The view's side: a `Feed` whose `fetch` asks a collector over HTTP. It holds
-    no model. A collector that stops answering leaves the last snapshot on screen
-    and says so on the status line; the view asks again on the next tick."""
+    """The view's side: a `Feed` (tui/feed.py) whose `fetch` asks a collector over
+    HTTP. It holds no model. A collector that stops answering leaves the last
+    snapshot on screen and says so on the status line; the view asks again on the
+    next tick."""
+
+    replay = None  # a collector is live: nothing to pause, step or seek
 
     def __init__(self, url: str | None, token: str | None = None, timeout_s: float = TIMEOUT_S) -> None:
         self.url = resolve(url).rstrip("/")
         if urlparse(self.url).path not in ("", "/"):
             self.url = self.url.rsplit("/", 1)[0]
         self.timeout_s = timeout_s
-        self.model = None
-        self.lock = None
         self.failures = 0
         self._last_ok = time.monotonic()
-        from commviz.tui.snapshot import ModelInfo
-
         self._info = ModelInfo()
         self._given = token
         tokens = tokens_to_try(self.url, token)
         for self.token in tokens:
             try:
-                hello = loads(self._get("/view/hello"))
+                hello = decode(self._get("/view/hello"), ViewHello, self.url)
                 break
             except Refused:
                 if self.token == tokens[-1]:
                     raise
-        if not isinstance(hello, dict) or hello.get("protocol") != PROTOCOL:
-            raise ViewError(f"{self.url} speaks view protocol {getattr(hello, 'get', lambda k: None)('protocol')}, "
-                            f"this commviz speaks {PROTOCOL}: run the same commviz version on both sides")
-        self.title = str(hello.get("title") or "commviz")
-        self.topology = hello.get("topology")
+        self.title = hello.title or "commviz"
+        self.topology = hello.topology
 
     def _get(self, path: str) -> bytes:
         req = urllib.request.Request(self.url + path,
@@ -339,32 +341,24 @@ class RemoteFeed:
             raise ViewError(f"no collector answers at {self.url} ({getattr(exc, 'reason', exc)}): start one with "
                             "`commviz serve`") from None
 
-    # Feed protocol ---------------------------------------------------------
-    def now_ns(self) -> int:
-        return time.time_ns()
-
-    def advance(self) -> None:
-        pass
-
+    # Feed ------------------------------------------------------------------
     def status(self) -> str:
         return f"connected to {self.url}"
 
-    def fetch(self, query: ViewQuery):
-        """One tick's `Fetched` from the collector; when it does not answer, a
-        `Fetched` with no snapshot (the view keeps what it shows) and the reason."""
-        from commviz.tui.snapshot import Fetched
-
+    def fetch(self, query: ViewQuery, hosts: Hosts | None = None) -> Fetched:
+        """One tick's `Fetched` from the collector (which places ranks on its own
+        topologies: `hosts` is not asked); when it does not answer, or answers
+        something unreadable, a `Fetched` with no snapshot (the view keeps what it
+        shows) and the reason."""
         try:
             try:
-                got = loads(self._get("/view?" + query.encode()))
+                got = decode(self._get("/view?" + query.encode()), Fetched, f"{self.url}/view")
             except Refused:  # the collector came back with a new token: this user's own, left anew
                 fresh = [t for t in tokens_to_try(self.url, self._given) if t != self.token]
                 if not fresh:
                     raise
                 self.token = fresh[0]
-                got = loads(self._get("/view?" + query.encode()))
-            if not isinstance(got, Fetched):
-                raise ViewError(f"{self.url}/view answered a {type(got).__name__}, not a snapshot")
+                got = decode(self._get("/view?" + query.encode()), Fetched, f"{self.url}/view")
         except ViewError as exc:  # on the update thread: said on the status line, never raised there
             self.failures += 1
             gone = time.monotonic() - self._last_ok
@@ -373,6 +367,9 @@ class RemoteFeed:
         self._info = got.info
         got.status = f"view of {self.url} · {got.status}"
         return got
+
+    def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:
+        """A view stops no job: whoever runs the collector marks its own stops."""
 
     def close(self) -> None:
         pass

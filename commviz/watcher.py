@@ -26,6 +26,8 @@ from commviz.model.overload import Overload
 from commviz.model.store import EventStore, decode_frame
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
+from commviz.view.feed import ModelFeed, ViewQuery
+from commviz.view.snapshot import Fetched, Hosts
 
 LIVENESS_EVERY_S = 0.5
 # Frames wait in a queue and reach the model a batch at a time (`Model.ingest_many`):
@@ -54,7 +56,7 @@ class IngestCounts:
     refused_limit: int = 0
 
 
-class LiveFeed:
+class LiveFeed(ModelFeed):
     """A collector's model, fed by the transport server (and the crash rings and
     liveness checks of the ranks on this host)."""
 
@@ -308,15 +310,16 @@ class LiveFeed:
                             read_pauses=srv.paused,
                             refused_token=srv.denied, refused_limit=srv.turned_away)
 
-    # Feed protocol (read by the TUI) ------------------------------------
+    # Feed (tui/feed.py) ----------------------------------------------------
 
-    def now_ns(self) -> int:
-        return time.time_ns()
-
-    def advance(self) -> None:
-        """A view's tick: the frames that have waited `DRAIN_S` go in first, the
-        youngest left to build the next batch."""
+    def fetch(self, query: ViewQuery, hosts: Hosts | None = None) -> Fetched:
+        """A view's reading: the frames that have waited `DRAIN_S` first, the youngest
+        left to build the next batch."""
         self.drain_due()
+        return super().fetch(query, hosts)
+
+    def procs(self) -> dict[int, tuple[float, int]]:
+        return dict(self.proc_stats)
 
     def status(self) -> str:
         m, srv = self.model, self.server

@@ -91,7 +91,7 @@ def test_taking_the_lock_ingests_nothing_a_view_leaves_young_frames_and_drain_ta
     ingest; a view's tick leaves frames younger than DRAIN_S to finish their batch;
     a summary's `drain` sees every frame that has arrived."""
     from commviz.events import BASE_SCHEMA, GroupDef, Hello
-    from commviz.tui.snapshot import fetch
+    from commviz.view.feed import ViewQuery
 
     d = tmp_path / "s"
     d.mkdir(mode=0o700)
@@ -106,9 +106,9 @@ def test_taking_the_lock_ingests_nothing_a_view_leaves_young_frames_and_drain_ta
         feed._on_batch(frame(0), b"")
         with feed.lock:
             assert feed.model.events == 0
-        assert fetch(feed, None, None, False).info.events == 0  # young: left queued
+        assert feed.fetch(ViewQuery()).info.events == 0  # young: left queued
         time.sleep(watcher.DRAIN_S * 1.2)
-        assert fetch(feed, None, None, False).info.events == 2  # waited its DRAIN_S: in
+        assert feed.fetch(ViewQuery()).info.events == 2  # waited its DRAIN_S: in
         feed._on_batch(frame(1), b"")
         feed.drain()
         with feed.lock:

@@ -3,7 +3,7 @@ recorder that could not be compared said once per reason, and a dashboard alert.
 
 from commviz.report import render_summary
 from commviz.model.document import RankRow
-from commviz.tui.alerts import alert_rows
+from commviz.view.alerts import alert_rows
 
 
 def doc(per_rank):
@@ -27,6 +27,6 @@ def test_ranks_that_could_not_be_audited_share_a_line():
 
 def test_the_dashboard_alerts_on_a_rank_with_unseen_collectives():
     rows = alert_rows([], [RankRow(3, unseen={"broadcast": 1}), RankRow(0)], 0, "")
-    (key, cells, payload) = rows[0]
-    assert len(rows) == 1 and key == "unseen:3"
-    assert "rank 3's backend ran collectives commviz did not see: 1 broadcast" in payload["message"]
+    [row] = rows
+    assert row.key == "unseen:3" and row.kind == "unseen" and row.where == "rank 3"
+    assert "rank 3's backend ran collectives commviz did not see: 1 broadcast" in row.message

@@ -2,7 +2,7 @@
 again. Each round is a whole attach (two looks at every rank, `--interval` apart,
 the dumps and RAS where there are any) turned into a fresh model, swapped in under
 the lock the dashboard takes its snapshots with: the dashboard reads an attached job
-exactly as it reads a live one, through the same `Feed` protocol (tui/feed.py)."""
+exactly as it reads a live one, through the same `Feed` interface (tui/feed.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ import time
 from collections.abc import Callable
 
 from commviz.model import Model
+from commviz.view.feed import ModelFeed
 
 MIN_PAUSE_S = 1.0  # between the end of one round and the start of the next
 
 
-class AttachFeed:
+class AttachFeed(ModelFeed):
     """`observe() -> (model, tiers)`: one round of attach (commands/attach.py)."""
 
     def __init__(self, observe: Callable[[], tuple[Model, dict]], pause_s: float = MIN_PAUSE_S) -> None:
@@ -51,13 +52,7 @@ class AttachFeed:
             self.look_once()
             self._stop.wait(self._pause_s)
 
-    # Feed protocol (tui/feed.py) ------------------------------------------
-
-    def now_ns(self) -> int:
-        return time.time_ns()
-
-    def advance(self) -> None:
-        pass
+    # Feed (tui/feed.py) ----------------------------------------------------
 
     def status(self) -> str:
         t = self.tiers

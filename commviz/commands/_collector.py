@@ -125,8 +125,8 @@ class SpawnedFeed(RemoteFeed):
         """(printed after the line the dashboard waited for: read when asked)"""
         return self.collector.metrics_url
 
-    def fetch(self, query):
-        got = super().fetch(query)
+    def fetch(self, query, hosts=None):
+        got = super().fetch(query, hosts)
         prefix = f"view of {self.url} · "
         if got.status.startswith(prefix):
             got.status = got.status[len(prefix):]
@@ -137,6 +137,8 @@ class SpawnedFeed(RemoteFeed):
         return got
 
     def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:
+        """The collector is this dashboard's: it marks the stop (SIGUSR1, in its own
+        words: `serve --stop-by`)."""
         self.collector.note_stop()
 
     def close(self) -> None:

@@ -44,9 +44,9 @@ def dashboard_topology(name: str | None, local: bool = False):
 
 
 def run_app(feed, title: str, job=None, topology=None, simulate: bool = False) -> int:
-    """The dashboard until the user quits; then the job (if we launched one) is
-    interrupted and the feed closed. `simulate`: the user chose `topology`, so CPU
-    ranks are shown on its GPUs."""
+    """The dashboard on `feed` (a `tui.feed.Feed`) until the user quits; then the job
+    (if we launched one) is marked stopped and interrupted, and the feed closed.
+    `simulate`: the user chose `topology`, so CPU ranks are shown on its GPUs."""
     from commviz.topo.hosts import HostTopologies
     from commviz.tui.app import WatchApp
 
@@ -57,11 +57,10 @@ def run_app(feed, title: str, job=None, topology=None, simulate: bool = False) -
         app.run()
     finally:
         if job is not None:
-            if job.proc is not None and job.proc.poll() is None and hasattr(feed, "note_stop"):
+            if job.proc is not None and job.proc.poll() is None:
                 feed.note_stop("commviz watch", "quit while it ran")  # for a --record trace's post-mortem
             job.interrupt()
-        if hasattr(feed, "close"):
-            feed.close()
+        feed.close()
     if job is not None and job.log_path:
         print(f"job output: {job.log_path}")
     return 0

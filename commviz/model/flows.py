@@ -349,7 +349,7 @@ class Traffic:
 
     def flush_sample(self) -> None:
         """Credit what `sample` holds: before exact ends that follow it, and before a
-        reader reads (`tui/snapshot.py`)."""
+        reader reads (`view/snapshot.py`)."""
         if not self._sampled:
             return
         parts, self._sampled, self._sampled_n = self._sampled, [], 0

@@ -1,6 +1,6 @@
-"""The alerts panel's rows and the screen that opens one: diagnoses first (what
-the model says is wrong), then the probe's and the wire's own trouble (dropped
-events, undecodable frames), each a line a person can act on."""
+"""The alerts panel drawn: each kind's colour, the columns, and the screen that opens
+one alert in full. The rows themselves are built with the snapshot
+(`view.alerts.alert_rows`), where the model is."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from commviz.model.diagnosis import Diagnosis
-from commviz.model.document import RankRow
 from commviz.report import render_diagnosis
+from commviz.view.alerts import AlertRow
 
 KIND_STYLE = {
     "hang": "bold red",
@@ -29,33 +28,9 @@ KIND_STYLE = {
 ALERT_COLUMNS = [("kind", "alert"), ("where", "where"), ("message", "what to look at")]
 
 
-def alert_rows(diagnoses: list[Diagnosis], ranks: list[RankRow], decode_errors: int,
-               last_decode_error: str) -> list[tuple[str, tuple, Diagnosis | dict]]:
-    """(row key, cells, payload for the detail screen)."""
-    rows: list[tuple[str, tuple, Diagnosis | dict]] = []
-    for i, d in enumerate(diagnoses):
-        where = f"{d.op} #{d.seq} g{d.group}" if d.op else f"group {d.group}"
-        key = f"{d.kind}:{d.group}:{d.seq}:{i}"
-        rows.append((key, (Text(d.kind, style=KIND_STYLE.get(d.kind, "")), where, d.message), d))
-    for r in ranks:
-        if r.unseen:
-            ops = ", ".join(f"{n} {op}" for op, n in sorted(r.unseen.items()))
-            msg = (f"rank {r.rank}'s backend ran collectives commviz did not see: {ops} (a ProcessGroup "
-                   "method called directly, or a C++ extension); counts and diagnoses leave them out")
-            rows.append((f"unseen:{r.rank}", (Text("unseen", style=KIND_STYLE["unseen"]), f"rank {r.rank}", msg),
-                         {"kind": "unseen", "message": msg}))
-    dropped = [r for r in ranks if r.dropped]
-    if dropped:
-        total = sum(r.dropped for r in dropped)
-        who = ",".join(str(r.rank) for r in dropped)
-        msg = f"{total} events never reached this watcher (ranks {who}); set COMMVIZ_TRACE_DIR to keep everything"
-        rows.append(("dropped", (Text("dropped", style=KIND_STYLE["dropped"]), f"ranks {who}", msg),
-                     {"kind": "dropped", "message": msg}))
-    if decode_errors:
-        msg = f"{decode_errors} frames could not be decoded; last: {last_decode_error}"
-        rows.append(("decode", (Text("bad frames", style=KIND_STYLE["decode"]), "wire", msg),
-                     {"kind": "decode", "message": msg}))
-    return rows
+def alert_cells(row: AlertRow) -> tuple:
+    """One row of the alerts table, its kind in its colour."""
+    return Text(row.label, style=KIND_STYLE.get(row.kind, "")), row.where, row.message
 
 
 class DiagnosisScreen(ModalScreen[None]):
@@ -63,10 +38,11 @@ class DiagnosisScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, diagnosis: Diagnosis | dict) -> None:
+    def __init__(self, alert: AlertRow) -> None:
         super().__init__()
-        # A diagnosis, or the probe's / the wire's own trouble ({"kind", "message"}).
-        self.diagnosis = diagnosis.to_json() if isinstance(diagnosis, Diagnosis) else diagnosis
+        # A diagnosis in full, or the probe's / the wire's own trouble in its words.
+        self.diagnosis = (alert.diagnosis.to_json() if alert.diagnosis is not None
+                          else {"kind": alert.kind, "message": alert.message})
 
     def compose(self) -> ComposeResult:
         d = self.diagnosis

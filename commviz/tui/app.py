@@ -3,9 +3,9 @@ sparklines under it and the links panel beside it, ranks and ops tables below.
 
 The app only reads, on two clocks. The data clock (`refresh_hz`, 4/s) asks the
 update thread (tui/update.py) for a snapshot: off the UI thread it calls
-`feed.advance()`, takes a `Snapshot` of the model under `feed.lock` (plain reads and
-small copies, the diagnoses once), releases the lock and posts it; the app hands it
-to the widgets (the tables own their rows and update them in place, by row key, so
+`feed.fetch(query)`, which gives a `Snapshot` of the model (taken under the model's
+lock where the model is: plain reads and small copies, the diagnoses once) whatever
+the feed is, and posts it; the app hands it to the widgets (the tables own their rows and update them in place, by row key, so
 the cursor stays where the user put it). A key press (focus, pause, replay controls)
 refreshes at once, on the UI thread. The animation clock (`anim_hz`) only moves the
 flow view's packets: no lock, no model. Ingest therefore never waits for drawing,
@@ -27,14 +27,14 @@ from textual.widgets import DataTable, Footer, Header, Static
 from commviz.tui.alerts import DiagnosisScreen
 from commviz.tui.feed import Feed, ReplayFeed
 from commviz.tui.fmt import format_count, format_seconds
-from commviz.tui.snapshot import Fetched, ModelInfo, Snapshot, fetch
-from commviz.viewlink import RemoteFeed, ViewQuery
 from commviz.tui.update import SnapshotFetched, UpdateThread
 from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import MAX_RANK_ROWS, AlertsTable, LinksTable, OpsTable, RanksTable
 from commviz.tui.widgets.summary import summary_renderable
 from commviz.tui.widgets.throughput import ThroughputPanel
 from commviz.tui.widgets.timeline import TimelineBar
+from commviz.view.feed import ViewQuery
+from commviz.view.snapshot import Fetched, ModelInfo, OneTopology, Snapshot
 
 LIVE_HINT = (
     "Waiting for ranks…\n\n"
@@ -50,7 +50,7 @@ REPLAY_HINT = (
 
 
 class WatchApp(App):
-    """Dashboard on a `Feed` (live or replay).
+    """Dashboard on a `Feed` (tui/feed.py: a collector, a replay, attach; all alike).
 
     `topology`: a `commviz.topo.Topology` (from `--topology` or NVML) to lay GPUs out
     by and to know link capacities; None draws what the hellos say. `simulate`: the
@@ -101,7 +101,8 @@ class WatchApp(App):
         self.refresh_hz = refresh_hz
         self.anim_hz = anim_hz
         self.topology = topology
-        self.hosts = hosts  # which topology each host's ranks sit on (see snapshot.take_snapshot)
+        # which topology each host's ranks sit on (see view.snapshot.take_snapshot)
+        self.hosts = hosts if hosts is not None else OneTopology(topology)
         self._clock = clock or time.monotonic
         self._animate = animate
         self._t_anim0 = t_anim
@@ -121,7 +122,7 @@ class WatchApp(App):
 
     @property
     def replay(self) -> ReplayFeed | None:
-        return self.feed if isinstance(self.feed, ReplayFeed) else None
+        return self.feed.replay
 
     # ------------------------------------------------------------------ layout
 
@@ -216,11 +217,10 @@ class WatchApp(App):
             self._updater.schedule_update(tables)
 
     def _fetch(self, force: bool = False) -> Fetched:
-        if isinstance(self.feed, RemoteFeed):  # a collector in another process takes the snapshot
-            return self.feed.fetch(ViewQuery(self.focus_rank, self.frozen and not force, self.simulate,
-                                             self._summary_events))
-        return fetch(self.feed, self.focus_rank, self.topology, self.frozen and not force, self.simulate,
-                     summary_unless=None if self.replay else self._summary_events, hosts=self.hosts)
+        # a replay's end is a point to seek from, not a job to sum up
+        query = ViewQuery(self.focus_rank, self.frozen and not force, self.simulate,
+                          None if self.replay else self._summary_events)
+        return self.feed.fetch(query, self.hosts)
 
     def on_snapshot_fetched(self, message: SnapshotFetched) -> None:
         try:

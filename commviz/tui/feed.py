@@ -1,11 +1,11 @@
-"""What the dashboard reads from: a model, the lock that guards it and a clock.
+"""What the dashboard reads from: one interface for every feed, and the replay's.
 
-Pure of Textual so replay logic is unit-testable without a terminal. The live feed
-(transport → model) and the replay feed (trace file → model) both satisfy `Feed`; the
-app only ever calls `advance()`, takes `lock` to copy a snapshot, and asks `now_ns()`
-(from its update thread; replay controls come from the UI thread, so `ReplayFeed`
-serialises them). A replay feeds the model in the one order of `model.merge` and,
-once its last event is in, applies the model's end-of-trace rule, as `summary` does.
+Pure of Textual so replay logic is unit-testable without a terminal. The app only
+calls `Feed.fetch` (from its update thread, and after a key press from the UI
+thread) and, where `replay` is not None, the replay's controls (from the UI thread,
+so `ReplayFeed` serialises them). A replay feeds the model in the one order of
+`model.merge` and, once its last event is in, applies the model's end-of-trace
+rule, as `summary` does.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from commviz.trace import seek
 from commviz.trace.seek import MemoryTrace, SeekIndex, StreamTrace
 from commviz.trace.stream import TraceStream
 from commviz.tui.fmt import format_seconds
+from commviz.view.feed import ModelFeed, ViewQuery
+from commviz.view.snapshot import Fetched, Hosts
 
 MIN_SPEED = 1 / 1024  # a 10 ms trace still gets about 10 s
 MAX_SPEED = 16.0
@@ -43,23 +45,33 @@ def paced_speed(span_ns: int, pace_s: float = PACE_S) -> float:
 
 @runtime_checkable
 class Feed(Protocol):
-    lock: threading.Lock  # guards model; hold it only while copying a snapshot
-    model: Model
+    """What every feed answers (view/feed.py lists them), so the app draws any of
+    them the same way and never asks which one it has."""
 
-    def now_ns(self) -> int:
-        """The clock the view uses: wall ns live, trace wall ns in replay."""
+    def fetch(self, query: ViewQuery, hosts: Hosts | None = None) -> Fetched:
+        """One data tick's reading. `hosts`: which topology each host's ranks sit on,
+        as this dashboard knows them (a remote collector places ranks with its own)."""
         ...
 
     def status(self) -> str:
         """One line: where it listens / which file, counts, errors."""
         ...
 
-    def advance(self) -> None:
-        """Called by the app on every refresh tick (replay feeds events up to now)."""
+    def note_stop(self, by: str, reason: str = "", after_s: float = 0.0) -> None:
+        """The dashboard is about to signal the job it launched: mark who stopped it."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+    @property
+    def replay(self) -> ReplayFeed | None:
+        """The replay's controls (pause, step, seek, speed, the timeline); None for
+        every feed that is not a recorded trace."""
         ...
 
 
-class ReplayFeed:
+class ReplayFeed(ModelFeed):
     """Replays a recorded trace into its own Model, at a speed, with pause/step/seek.
 
     The replay position (`now_ns()`, trace wall-clock ns) moves only in `advance()`,
@@ -127,14 +139,25 @@ class ReplayFeed:
 
     # ----------------------------------------------------------------- Feed
 
+    @property
+    def replay(self) -> ReplayFeed:
+        return self
+
     def now_ns(self) -> int:
         return self._pos
 
     def advance(self) -> None:
+        """Move the position by the time that passed on the clock (unless paused) and
+        put every event up to it into the model."""
         with self._control:
             self._sync()
             if not self._paused:
                 self._apply_until(self._pos)
+
+    def fetch(self, query: ViewQuery, hosts: Hosts | None = None) -> Fetched:
+        """The model at the position the clock has reached (`advance`), read."""
+        self.advance()
+        return super().fetch(query, hosts)
 
     def status(self) -> str:
         if self.done:

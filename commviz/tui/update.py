@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from commviz.tui.snapshot import Fetched
+from commviz.view.snapshot import Fetched
 
 
 class SnapshotFetched(Message):

@@ -120,7 +120,7 @@ def test_summary_json_and_text_report_device_time(trace, capsys):
 def test_the_ops_table_and_replay_show_device_time(trace):
     from commviz.trace.file import load
     from commviz.tui.feed import ReplayFeed
-    from commviz.tui.snapshot import take_snapshot
+    from commviz.view.snapshot import take_snapshot
     from commviz.tui.widgets.tables import op_cells
 
     feed = ReplayFeed(load(str(trace)).batches)

@@ -7,11 +7,12 @@ import threading
 
 from commviz.events import GroupDef, Hello, OpEnd, OpStart, Sample
 from commviz.model.state import Model
+from commviz.view.feed import ModelFeed
 
 from .helpers import MS, WALL0, hello
 
 
-class FakeFeed:
+class FakeFeed(ModelFeed):
     """A live-like feed: a model we fill by hand and a fixed clock."""
 
     def __init__(self, now: int = WALL0 + 100 * MS) -> None:
@@ -26,7 +27,12 @@ class FakeFeed:
     def status(self) -> str:
         return "listening on ipc:///tmp/commviz-test · 2 ranks connected"
 
+    def fetch(self, query, hosts=None):
+        self.advance()
+        return super().fetch(query, hosts)
+
     def advance(self) -> None:
+        """Counts the ticks that read it (on whichever thread asked)."""
         self.advanced += 1
 
 

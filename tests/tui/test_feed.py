@@ -1,4 +1,5 @@
-"""ReplayFeed: ordering, speed, pause/step/seek on a fake clock, full-replay contents."""
+"""The dashboard's feeds: every one answers the same interface; ReplayFeed: ordering,
+speed, pause/step/seek on a fake clock, full-replay contents."""
 
 from __future__ import annotations
 
@@ -290,3 +291,37 @@ def test_playback_starts_at_the_first_advance_not_at_construction():
     clock.tick(1.0)
     feed.advance()
     assert feed.now_ns() == feed.start_ns + 40 * MS
+
+
+def test_every_feed_answers_the_dashboards_one_interface(tmp_path):
+    """Live, remote, replay and attach: the same methods, each a no-op where the feed
+    has nothing to do, and replay's controls only on a replay; so the app draws any
+    of them without asking which it has."""
+    from commviz.attach.feed import AttachFeed
+    from commviz.httpview import StateServer
+    from commviz.view.feed import ViewQuery
+    from commviz.view.snapshot import Fetched
+    from commviz.viewlink import RemoteFeed, ViewSource
+    from commviz.watcher import LiveFeed
+
+    from .scenes import busy_ring
+
+    d = tmp_path / "s"
+    d.mkdir(mode=0o700)
+    collector = busy_ring(4)
+    server = StateServer(collector, "127.0.0.1", 0, views=ViewSource(collector)).start()
+    feeds = {"live": LiveFeed(f"ipc://{d}/w.sock"), "remote": RemoteFeed(server.url),
+             "replay": ReplayFeed(two_rank_trace(), clock=FakeClock()),
+             "attach": AttachFeed(lambda: (Model(), {}))}
+    try:
+        for name, feed in feeds.items():
+            assert isinstance(feed, Feed), name
+            got = feed.fetch(ViewQuery())
+            assert isinstance(got, Fetched) and got.snap is not None and got.status, name
+            feed.note_stop("commviz watch", "quit while it ran")
+            assert (feed.replay is feed) == (name == "replay"), name
+        assert feeds["remote"].fetch(ViewQuery()).info.nranks == 4
+    finally:
+        for feed in feeds.values():
+            feed.close()
+        server.close()

@@ -17,7 +17,7 @@ from commviz.topo.hosts import HostTopologies
 from commviz.topo.model import Topology
 from commviz.topo.presets import load_preset
 from commviz.tui.app import WatchApp
-from commviz.tui.snapshot import take_snapshot
+from commviz.view.snapshot import take_snapshot
 from commviz.tui.widgets.flow import FlowView
 from commviz.tui.widgets.tables import LinksTable
 

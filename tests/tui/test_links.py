@@ -50,7 +50,7 @@ async def test_links_that_stay_keep_their_rows_and_nothing_is_removed():
     are removed only when the list gets shorter: each removal lays the screen out."""
     from textual.app import App
 
-    from commviz.tui.snapshot import Snapshot
+    from commviz.view.snapshot import Snapshot
     from commviz.tui.widgets.tables import LinksTable
 
     class One(App):

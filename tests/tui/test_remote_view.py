@@ -16,8 +16,8 @@ from commviz.errors import CommvizError
 from commviz.events import GroupDef, OpEnd, OpStart
 from commviz.httpview import StateServer
 from commviz.tui.app import WatchApp
-from commviz.tui.snapshot import fetch
-from commviz.viewlink import RemoteFeed, ViewError, ViewQuery, ViewSource, loads
+from commviz.view.snapshot import Fetched
+from commviz.viewlink import PROTOCOL, RemoteFeed, ViewError, ViewHello, ViewQuery, ViewSource, decode, encode
 
 from .helpers import MS, WALL0, hello
 from .scenes import FakeFeed
@@ -52,7 +52,7 @@ def test_a_remote_snapshot_is_the_embedded_one(collector):
     remote = RemoteFeed(server.url)
     assert remote.title == "test collector"
     got = remote.fetch(ViewQuery(focus=1))
-    here = fetch(feed, 1, None, False)
+    here = feed.fetch(ViewQuery(focus=1))
     assert got.snap is not None
     assert got.snap.rank_rows == here.snap.rank_rows
     assert got.snap.op_rows == here.snap.op_rows
@@ -100,17 +100,42 @@ def test_no_collector_is_a_clear_error():
         RemoteFeed("127.0.0.1:9", timeout_s=1)
 
 
-def test_an_answer_that_would_run_code_is_refused():
+def test_a_busy_snapshot_crosses_the_wire_whole():
+    """Every field of a real snapshot (rows, diagnoses and their alerts, flows,
+    places, sparklines) comes back as the type it left as, equal to it."""
+    from .scenes import hang, with_p2p
+
+    for feed in (busy_feed(), with_p2p(hang(8, gpu=True), 1, 2)):
+        here = feed.fetch(ViewQuery(focus=1))
+        assert here.snap.rank_rows and here.snap.op_rows and here.snap.flow.nodes
+        got = decode(encode(here), Fetched)
+        assert got == here
+        assert type(got.snap.rank_rows[0].status) is type(here.snap.rank_rows[0].status)
+    assert here.snap.diagnoses and here.snap.alerts and here.snap.rates
+
+
+def test_an_answer_that_is_not_a_view_is_a_clear_error_never_code_run():
     import os
 
     class Evil:
         def __reduce__(self):
             return (os.system, ("echo owned",))
 
-    with pytest.raises(ViewError, match="os.system|posix.system"):
-        loads(pickle.dumps(Evil()))
-    with pytest.raises(ViewError, match="could not be read"):
-        loads(b"\x80\x05not a pickle")
+    for body in (pickle.dumps(Evil()), pickle.dumps(busy_feed().fetch(ViewQuery())), b"\x80\x05not a pickle",
+                 b"", b"\x92\x03\xc1", encode(busy_feed().fetch(ViewQuery()))[:-5]):
+        with pytest.raises(ViewError, match="could not be read.*same commviz version"):
+            decode(body, Fetched)
+    with pytest.raises(ViewError, match="not a Fetched"):
+        decode(encode(ViewHello("a hello")), Fetched)
+
+
+def test_a_collector_of_another_version_is_refused_naming_the_fix():
+    import msgspec
+
+    old = msgspec.msgpack.encode((PROTOCOL - 1, {"title": "old"}))
+    with pytest.raises(ViewError, match=f"speaks view protocol {PROTOCOL - 1}, this commviz speaks {PROTOCOL}: "
+                                        "run the same commviz version on both sides"):
+        decode(old, ViewHello)
 
 
 def test_the_query_says_what_the_view_wants():
@@ -142,7 +167,6 @@ def test_every_kind_of_snapshot_crosses_the_link(scene):
     from commviz.topo.discover import discover
     from commviz.topo.hosts import HostTopologies
     from commviz.topo.presets import load_preset
-    from commviz.viewlink import dumps
 
     from .scenes import busy_ring, hang, nvlink_samples, straggler_job_that_ended
 
@@ -150,12 +174,9 @@ def test_every_kind_of_snapshot_crosses_the_link(scene):
     feed = {"hang": lambda: hang(8, gpu=True), "ended": straggler_job_that_ended,
             "gpus": lambda: nvlink_samples(busy_ring(16, gpu=True))}[scene]()
     src = ViewSource(feed, topo, HostTopologies(local=topo))
-    got = loads(src.view(ViewQuery(focus=2, simulate=True).encode()))
-    here = fetch(feed, 2, topo, False, True, summary_unless=-1, hosts=HostTopologies(local=topo))
-    assert dumps(got.snap.rank_rows) == dumps(here.snap.rank_rows)
-    assert [d.message for d in got.snap.diagnoses] == [d.message for d in here.snap.diagnoses]
-    assert (got.snap.summary is None) == (here.snap.summary is None)
-    assert got.snap.places == here.snap.places
+    got = decode(src.view(ViewQuery(focus=2, simulate=True).encode()), Fetched)
+    here = feed.fetch(ViewQuery(focus=2, simulate=True), HostTopologies(local=topo))
+    assert got.snap == here.snap
     if scene == "hang":
         assert got.snap.diagnoses and got.snap.alerts
     if scene == "ended":
@@ -176,18 +197,16 @@ def test_a_collector_is_found_by_the_address_its_ranks_use(collector, tmp_path):
 
 
 def test_a_collector_answering_something_else_is_said_not_raised(collector):
-    from commviz.viewlink import dumps
-
     feed, server = collector
     remote = RemoteFeed(server.url)
 
     class Odd(ViewSource):
         def view(self, query: str) -> bytes:
-            return dumps({"not": "a snapshot"})
+            return encode(ViewHello("not a snapshot"))
 
     server.views = Odd(feed)
     got = remote.fetch(ViewQuery())  # on the view's update thread: an exception there would freeze it
-    assert got.snap is None and "answered a dict, not a snapshot" in got.status
+    assert got.snap is None and "answer is not a Fetched" in got.status
 
 
 def test_views_asking_the_same_at_once_share_one_snapshot():
@@ -207,7 +226,7 @@ def test_views_asking_the_same_at_once_share_one_snapshot():
     assert src.taken == 3
 
 
-def test_views_with_foci_of_their_own_take_at_most_a_share_of_the_collector(monkeypatch):
+def test_views_with_foci_of_their_own_take_at_most_a_share_of_the_collector():
     """Forty people each focused on a rank of their own, asking at 4 Hz: no two ask the
     same, so none share. Their snapshots together must leave the collector's ingest
     the rest of its time (VIEW_SHARE); past that a view gets the latest answer to its
@@ -218,8 +237,8 @@ def test_views_with_foci_of_their_own_take_at_most_a_share_of_the_collector(monk
     from .scenes import busy_ring
 
     now = [100.0]
-    monkeypatch.setattr("commviz.tui.snapshot.fetch", _costing(now, 0.040))  # a 1,024-rank snapshot
-    src = ViewSource(busy_ring(4), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    feed = _costing(busy_ring(4), now, 0.040)  # a 1,024-rank snapshot
+    src = ViewSource(feed, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     t0, fresh, slowest = now[0], {}, 0.0
     for tick in range(40):
         for focus in range(40):
@@ -232,22 +251,23 @@ def test_views_with_foci_of_their_own_take_at_most_a_share_of_the_collector(monk
     assert slowest <= 4 * 0.040 + 1e-9  # a first question's turn, at most
     assert src.stale > 0 and min(fresh.values()) >= 3  # everyone's picture moves, less often
 
-    alone = ViewSource(busy_ring(4), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    alone = ViewSource(_costing(busy_ring(4), now, 0.040), clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
     for _ in range(20):
         alone.view(ViewQuery(focus=1).encode())
         now[0] += 0.25  # a view's own 4 Hz
     assert alone.waited_s == 0 and alone.stale == 0 and alone.taken == 20
 
 
-def _costing(now: list, cost_s: float):
-    """`tui.snapshot.fetch` that takes `cost_s` of the (fake) clock."""
-    from commviz.tui.snapshot import fetch
+def _costing(feed, now: list, cost_s: float):
+    """`feed`, its `fetch` taking `cost_s` of the (fake) clock."""
+    fetch = feed.fetch
 
     def slow(*a, **kw):
         now[0] += cost_s
         return fetch(*a, **kw)
 
-    return slow
+    feed.fetch = slow
+    return feed
 
 
 def test_through_a_tunnel_the_given_token_gets_in_past_a_stale_one_of_this_users(tmp_path, monkeypatch):

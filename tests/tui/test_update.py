@@ -10,7 +10,7 @@ import threading
 from textual.widgets import DataTable
 
 from commviz.tui.app import WatchApp
-from commviz.tui.snapshot import take_snapshot
+from commviz.view.snapshot import take_snapshot
 
 from . import scenes
 from .helpers import FakeClock

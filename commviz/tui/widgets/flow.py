@@ -1,4 +1,6 @@
 """The flow view: ranks as nodes, edges carrying traffic, packets moving along them.
+What it draws comes with each snapshot as `view.flow.FlowData` (plain data, built
+where the model is); the layout on the character grid and the drawing are here.
 
 A line-API widget (`render_line(y) -> Strip`). What does not move — boxes, bars, edge
 lines, node labels — is drawn on a `Canvas` once per data update (a few times a
@@ -15,7 +17,7 @@ absolute rate (below 1 MB/s, 100 MB/s, 10 GB/s, and above). The animation clock 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -25,8 +27,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 
 from commviz.model.diagnosis import RankStatus
-from commviz.model.flows import HUB, EdgeRate
+from commviz.model.flows import HUB
 from commviz.tui.widgets.layout import DOWN, LEFT, RIGHT, UP, Canvas, Layout, NodeSpec, line_glyphs, make_layout
+from commviz.view.flow import FlowData
 
 CELLS_PER_S = 8.0  # packet speed
 
@@ -64,30 +67,6 @@ def spacing_for(bps: float, peak: float) -> int:
     if r > 0.01:
         return 6
     return 9
-
-
-@dataclass(frozen=True)
-class FlowNode:
-    """One rank as the flow view draws it."""
-
-    rank: int
-    host: str
-    gpu: int | None
-    status: RankStatus
-    op: str = ""  # the op it is in ("" when idle)
-
-
-@dataclass
-class FlowData:
-    """Everything the view needs from one model snapshot."""
-
-    nodes: list[FlowNode]
-    rates: dict[tuple[int, int], EdgeRate] = field(default_factory=dict)
-    recent: list[tuple[int, int]] = field(default_factory=list)  # edges that moved anything lately
-    fabric: dict[str, str] = field(default_factory=dict)  # host -> "NVSwitch" | "NVLink" | "PCIe"
-    banner: str = ""  # top line: a diagnosis or what moves
-    alert: bool = False  # banner is a diagnosis
-    waits: list[tuple[int, int]] = field(default_factory=list)  # (waiting rank, rank it waits for)
 
 
 @dataclass

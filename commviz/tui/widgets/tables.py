@@ -16,11 +16,12 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from commviz.model.diagnosis import Diagnosis, RankStatus
+from commviz.model.diagnosis import RankStatus
 from commviz.model.document import RankRow
-from commviz.tui.alerts import ALERT_COLUMNS
+from commviz.tui.alerts import ALERT_COLUMNS, alert_cells
 from commviz.tui.fmt import format_bytes, format_count, format_gbps, format_seconds, format_us
-from commviz.tui.snapshot import Snapshot
+from commviz.view.alerts import AlertRow
+from commviz.view.snapshot import Snapshot
 from commviz.tui.widgets.links import LINK_COLUMNS, link_rows
 
 STATUS_STYLE = {
@@ -377,7 +378,7 @@ class AlertsTable(SnapshotTable):
 
     def __init__(self, **kw) -> None:
         super().__init__(**kw)
-        self.payloads: dict[str, Diagnosis | dict] = {}
+        self.payloads: dict[str, AlertRow] = {}  # row key -> the alert its detail screen opens
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -385,10 +386,10 @@ class AlertsTable(SnapshotTable):
 
     def show(self, snap: Snapshot) -> None:
         alerts = snap.alerts
-        self.payloads = {key: payload for key, _, payload in alerts}
+        self.payloads = {a.key: a for a in alerts}
         self.display = bool(alerts) and snap.info.nranks > 0
         if alerts:
-            self.sync([(key, cells) for key, cells, _ in alerts])
+            self.sync([(a.key, alert_cells(a)) for a in alerts])
             self.border_title = f"Alerts ({len(alerts)})"
 
 

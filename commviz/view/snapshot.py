@@ -2,110 +2,32 @@
 
 Everything the widgets draw comes from a `Snapshot`: the lock is held only while it is
 built (plain reads and small copies), never while anything is drawn, so ingest never
-waits for a frame and a frame never waits for ingest. `fetch` is the whole of one
-data tick's reading (advance the feed, take the snapshot); the app runs it on its
-update thread (tui/update.py), off the UI thread, and draws what it posts.
+waits for a frame and a frame never waits for ingest. A feed's `fetch` (view/feed.py)
+is the whole of one data tick's reading; the app runs it on its update thread
+(tui/update.py), off the UI thread, and draws what it posts.
+
+Every field is plain data with a precise type (dataclasses, enums, containers of
+them): a collector sends a `Fetched` to a view in another process as msgspec, and
+msgspec rebuilds exactly these types from the annotations (viewlink.py). Something
+that is not plain data (rich's Text, a topology backend) has no place here.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from commviz.model.diagnosis import Diagnosis
 from commviz.model.document import RankRow
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
 from commviz.model.placement import Place, simulated_place
-from commviz.tui.alerts import alert_rows
-from commviz.tui.fmt import format_bps
-from commviz.tui.widgets.flow import FlowData, FlowNode
+from commviz.topo.model import Topology
+from commviz.units import format_bps
+from commviz.view.alerts import AlertRow, alert_rows
+from commviz.view.flow import FlowData, FlowNode
 
 SPARK_WIDTH = 120  # columns of history copied for the sparklines
 RECENT_EDGE_NS = 10_000_000_000
-
-
-@dataclass
-class Snapshot:
-    now: int
-    info: ModelInfo
-    rank_rows: list[RankRow] = field(default_factory=list)
-    op_rows: list[dict] = field(default_factory=list)
-    alerts: list = field(default_factory=list)
-    diagnoses: list[Diagnosis] = field(default_factory=list)
-    flow: FlowData = field(default_factory=lambda: FlowData(nodes=[]))
-    places: dict[int, Place] = field(default_factory=dict)
-    rates: dict[tuple[int, int], EdgeRate] = field(default_factory=dict)
-    tp_total: dict = field(default_factory=dict)
-    tp_rate: tuple[float, float] = (0.0, 0.0)
-    tp_focus: dict | None = None
-    tp_focus_rate: tuple[float, float] | None = None
-    samples: dict[str, dict[str, float]] = field(default_factory=dict)
-    focus: int | None = None  # the rank whose traffic and history are shown, None: all
-    procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
-    ended: bool = False  # every rank that said hello has exited or died
-    summary: dict | None = None  # the job's summary document, once it ended (see `take_snapshot`)
-    simulated: bool = False  # CPU ranks are shown on the topology's GPUs
-    # host -> the GPU topology its ranks are drawn and linked on (its own document,
-    # else the watcher's view where that describes it): the links panel reads it
-    topologies: dict[str, object] = field(default_factory=dict)
-
-
-@dataclass
-class Fetched:
-    """One data tick's reading: the feed's status line, the model's headline numbers,
-    and the snapshot (None while the view is frozen)."""
-
-    now: int
-    status: str
-    info: ModelInfo
-    snap: Snapshot | None
-    lock_wait_s: float = 0.0
-    lock_hold_s: float = 0.0
-
-
-def fetch(feed, focus: int | None, topology, frozen: bool, simulate: bool = False,
-          summary_unless: int | None = None, hosts=None) -> Fetched:
-    """Advance the feed and read it: the snapshot under the feed's lock (or, frozen,
-    only the headline numbers for the status line). `summary_unless`, `hosts`: see
-    `take_snapshot`."""
-    feed.advance()
-    now = feed.now_ns()
-    t0 = time.perf_counter()
-    with getattr(feed, "view_lock", feed.lock):  # a live feed's may leave the newest frames queued
-        t1 = time.perf_counter()
-        snap = None if frozen else take_snapshot(feed.model, now, focus, topology, simulate=simulate,
-                                                 summary_unless=summary_unless, hosts=hosts)
-        info = model_info(feed.model) if snap is None else snap.info
-    t2 = time.perf_counter()
-    if snap is not None:
-        snap.procs = dict(getattr(feed, "proc_stats", None) or {})
-    return Fetched(now, feed.status(), info, snap, t1 - t0, t2 - t1)
-
-
-def gpu_index(hello, topology) -> int | None:
-    """The GPU a rank runs on, as an index on its host: by UUID / bus id in the
-    topology when known, else the CUDA device number; None for CPU ranks."""
-    if hello is None or not str(hello.device).startswith("cuda"):
-        return None
-    if topology is not None:
-        g = topology.gpu_for(uuid=hello.cuda_uuid, bus_id=hello.pci_bus_id)
-        if g is not None:
-            return g.index
-    _, _, num = str(hello.device).partition(":")
-    return int(num) if num.isdigit() else hello.local_rank
-
-
-def fabric_label(topology) -> str | None:
-    if topology is None or not topology.gpus:
-        return None
-    gpu_links = False
-    for g in topology.gpus:  # once per host per snapshot: stop at the first switch link
-        for lk in g.links:
-            if lk.up:
-                if lk.remote == "nvswitch":
-                    return "NVSwitch"
-                gpu_links = gpu_links or lk.remote == "gpu"
-    return "NVLink+PCIe" if gpu_links else "PCIe"
 
 
 @dataclass(frozen=True)
@@ -121,12 +43,104 @@ class ModelInfo:
     start: int | None = None  # the earliest hello's wall ns: the job's elapsed time counts from it
 
 
+@dataclass
+class Snapshot:
+    now: int
+    info: ModelInfo
+    rank_rows: list[RankRow] = field(default_factory=list)
+    # the summary's `ops` entries: dicts, because they are the JSON contract
+    op_rows: list[dict[str, str | int | float]] = field(default_factory=list)
+    alerts: list[AlertRow] = field(default_factory=list)
+    diagnoses: list[Diagnosis] = field(default_factory=list)
+    flow: FlowData = field(default_factory=lambda: FlowData(nodes=[]))
+    places: dict[int, Place] = field(default_factory=dict)
+    rates: dict[tuple[int, int], EdgeRate] = field(default_factory=dict)
+    tp_total: dict[str, list[float]] = field(default_factory=dict)  # model.throughput's series
+    tp_rate: tuple[float, float] = (0.0, 0.0)
+    tp_focus: dict[str, list[float]] | None = None
+    tp_focus_rate: tuple[float, float] | None = None
+    samples: dict[str, dict[str, float]] = field(default_factory=dict)
+    focus: int | None = None  # the rank whose traffic and history are shown, None: all
+    procs: dict[int, tuple[float, int]] = field(default_factory=dict)  # rank -> (cpu %, rss), watcher's host
+    ended: bool = False  # every rank that said hello has exited or died
+    # the job's summary document, once it ended (see `take_snapshot`): JSON, as
+    # `commviz summary --json` prints it, so plain dicts and lists all the way down
+    summary: dict[str, Any] | None = None
+    simulated: bool = False  # CPU ranks are shown on the topology's GPUs
+    # host -> the GPU topology its ranks are drawn and linked on (its own document,
+    # else the watcher's view where that describes it): the links panel reads it
+    topologies: dict[str, Topology | None] = field(default_factory=dict)
+
+
+@dataclass
+class Fetched:
+    """One data tick's reading: the feed's status line, the model's headline numbers,
+    and the snapshot (None while the view is frozen)."""
+
+    now: int
+    status: str
+    info: ModelInfo
+    snap: Snapshot | None
+    lock_wait_s: float = 0.0
+    lock_hold_s: float = 0.0
+
+
+class Hosts(Protocol):
+    """Which topology each host's ranks sit on: `topo.hosts.HostTopologies`, or
+    `OneTopology` where a caller knows of one topology only."""
+
+    def sync(self, documents: dict[str, dict], version: int) -> None: ...
+
+    def for_host(self, host: str) -> Topology | None: ...
+
+
+class OneTopology:
+    """Every host on the one topology given (no per-host documents): for callers
+    that hand in no `hosts`."""
+
+    def __init__(self, topology: Topology | None) -> None:
+        self.topology = topology
+
+    def sync(self, documents: dict[str, dict], version: int) -> None:
+        pass
+
+    def for_host(self, host: str) -> Topology | None:
+        return self.topology
+
+
+def gpu_index(hello, topology: Topology | None) -> int | None:
+    """The GPU a rank runs on, as an index on its host: by UUID / bus id in the
+    topology when known, else the CUDA device number; None for CPU ranks."""
+    if hello is None or not str(hello.device).startswith("cuda"):
+        return None
+    if topology is not None:
+        g = topology.gpu_for(uuid=hello.cuda_uuid, bus_id=hello.pci_bus_id)
+        if g is not None:
+            return g.index
+    _, _, num = str(hello.device).partition(":")
+    return int(num) if num.isdigit() else hello.local_rank
+
+
+def fabric_label(topology: Topology | None) -> str | None:
+    if topology is None or not topology.gpus:
+        return None
+    gpu_links = False
+    for g in topology.gpus:  # once per host per snapshot: stop at the first switch link
+        for lk in g.links:
+            if lk.up:
+                if lk.remote == "nvswitch":
+                    return "NVSwitch"
+                gpu_links = gpu_links or lk.remote == "gpu"
+    return "NVLink+PCIe" if gpu_links else "PCIe"
+
+
 def model_info(m) -> ModelInfo:
     return ModelInfo(m.world_size, m.backend, m.job, m.events, len(m.ranks),
                      min((r.hello.wall_ns for r in m.ranks.values() if r.hello), default=None))
 
 
-def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: bool) -> tuple[Place, bool]:
+def place_of(rank: int, host: str, hello, world_size: int, topology: Topology | None,
+             simulate: bool) -> tuple[Place, bool]:
     """Where the flow view and the links panel put a rank, and whether that place is
     simulated: with `simulate` (the user chose the topology), a rank without a GPU
     sits on the topology's GPUs by rank (`simulated_place`)."""
@@ -136,22 +150,9 @@ def place_of(rank: int, host: str, hello, world_size: int, topology, simulate: b
     return Place(host, gpu), False
 
 
-class OneTopology:
-    """Every host on the one topology given (no per-host documents): for callers
-    that hand in no `hosts`."""
-
-    def __init__(self, topology) -> None:
-        self.topology = topology
-
-    def sync(self, documents: dict, version: int) -> None:
-        pass
-
-    def for_host(self, host: str):
-        return self.topology
-
-
-def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_width: int = SPARK_WIDTH,
-                  simulate: bool = False, summary_unless: int | None = None, hosts=None) -> Snapshot:
+def take_snapshot(m, now: int, focus: int | None = None, topology: Topology | None = None,
+                  spark_width: int = SPARK_WIDTH, simulate: bool = False, summary_unless: int | None = None,
+                  hosts: Hosts | None = None) -> Snapshot:
     """Call with the feed's lock held. `simulate`: CPU ranks on the topology's GPUs.
     With `summary_unless` (a live dashboard: the model's event count when it last got a
     summary, -1 for never), a job that has ended and has news since gets its summary
@@ -213,13 +214,14 @@ def take_snapshot(m, now: int, focus: int | None = None, topology=None, spark_wi
     return snap
 
 
-def _topology_of(hosts, seen: dict, host: str):
+def _topology_of(hosts: Hosts, seen: dict[str, Topology | None], host: str) -> Topology | None:
     if host in seen:
         return seen[host]
     return hosts.for_host(host)
 
 
-def _banner(diagnoses: list[Diagnosis], rates: dict, tp_rate: tuple[float, float], nodes: list[FlowNode]) -> tuple[str, bool]:
+def _banner(diagnoses: list[Diagnosis], rates: dict[tuple[int, int], EdgeRate], tp_rate: tuple[float, float],
+            nodes: list[FlowNode]) -> tuple[str, bool]:
     if diagnoses:
         d = diagnoses[0]
         more = f"  (+{len(diagnoses) - 1} more in Alerts)" if len(diagnoses) > 1 else ""
