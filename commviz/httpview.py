@@ -108,6 +108,7 @@ class StateServer:
         counts exact but has stopped timing (`commviz summary --live --json`); and an
         `http` part: this server's requests, open connections and clients' errors."""
         feed = self.feed
+        feed.drain()  # every frame that has arrived: taking the lock no longer puts them in
         with feed.lock:
             doc = feed.model.summary(time.time_ns())
             counts = getattr(feed, "ingest_counts", None)  # a live feed's (not attach's rounds)
