@@ -163,9 +163,11 @@ def read_model(model, labels: GroupLabels, now: int | None = None, ingest: Inges
 
 
 def read_feed(feed, labels: GroupLabels) -> Reading:
-    """A `LiveFeed`'s reading, taken as the dashboard takes its snapshot: under the
-    view lock (frames younger than the drain interval may stay queued), once."""
-    with feed.view_lock:
+    """A `LiveFeed`'s reading, taken as the dashboard takes its snapshot: the frames
+    that waited the drain interval put in, the younger left queued; then the model
+    read under its lock, once."""
+    feed.drain_due()
+    with feed.lock:
         return read_model(feed.model, labels, feed.now_ns(), feed.ingest_counts())
 
 

@@ -61,7 +61,9 @@ class LiveFeed(ModelFeed):
     liveness checks of the ranks on this host)."""
 
     def __init__(self, addr: str, record_to: str | None = None, hang_after_s: float = 10.0,
-                 ring_dir: str | None = None, token: str | None = None) -> None:
+                 ring_dir: str | None = None, token: str | None = None, clock=time.monotonic) -> None:
+        """`clock`: what frames' waits for a drain (DRAIN_S) are measured by; tests step it."""
+        self.clock = clock
         self.ring_dir = ring_dir  # crash rings of a job we launched (COMMVIZ_RING_DIR)
         self._queue: list[Batch] = []  # frames not yet in the model, in arrival order
         self._carry = EventStore.join([])  # the events a drain left for the next
@@ -70,7 +72,6 @@ class LiveFeed(ModelFeed):
         self._queued_at = 0.0  # monotonic time the oldest arrived
         self._qlock = threading.Lock()
         self.lock = threading.Lock()  # the model's: taking it puts nothing in (`drain`, `drain_due` do)
-        self.view_lock = self.lock  # the name metrics.py reads the model under; the same lock
         self.model = Model(hang_after_s=hang_after_s)
         self.overload = Overload()  # how far behind the job we are; sheds detail past a bound
         self.writer = TraceWriter(record_to) if record_to else None
@@ -102,7 +103,7 @@ class LiveFeed(ModelFeed):
                 if self.writer is not None:
                     self.writer.write(payload)
                 if not self._queue:
-                    self._queued_at = time.monotonic()
+                    self._queued_at = self.clock()
                 self._queue.append(batch)
                 self._queued += batch_len(batch)
                 due = self._queued >= DRAIN_EVENTS
@@ -129,13 +130,13 @@ class LiveFeed(ModelFeed):
         are half-way stay for the next batch (`columns.settle_point`), so most
         collectives reach the model whole."""
         with self._qlock:
-            if not self._queue and len(self._carry) and time.monotonic() - self._carried_at >= DRAIN_S:
+            if not self._queue and len(self._carry) and self.clock() - self._carried_at >= DRAIN_S:
                 # Nothing more has come (a frozen job, a hung one): what a drain held
                 # back for the next batch goes in whole, often the very op that hangs.
                 force = True
             if not (self._queue or force and len(self._carry)):
                 return
-            if not (force or time.monotonic() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
+            if not (force or self.clock() - self._queued_at >= DRAIN_S or self._queued >= DRAIN_EVENTS):
                 return
             queue, self._queue, self._queued = self._queue, [], 0
         # (a batch without every rank still goes in bulk: the collectives whose members
@@ -146,7 +147,7 @@ class LiveFeed(ModelFeed):
         done = self.model.ingest_many(events.rank, events, settle=not (force or self.model.shed))
         self._carry = events[done:]
         if done < len(events):
-            self._carried_at = time.monotonic()
+            self._carried_at = self.clock()
         with self._qlock:
             self._queued += len(events) - done
         # frames the inbox had no room for, and events the probes left out because this

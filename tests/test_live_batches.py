@@ -95,7 +95,9 @@ def test_taking_the_lock_ingests_nothing_a_view_leaves_young_frames_and_drain_ta
 
     d = tmp_path / "s"
     d.mkdir(mode=0o700)
-    feed = LiveFeed(f"ipc://{d}/w.sock")  # not started: no drainer thread, frames handed in as the reader would
+    clock = [100.0]
+    # not started: no drainer thread, frames handed in as the reader would
+    feed = LiveFeed(f"ipc://{d}/w.sock", clock=lambda: clock[0])
     mono, wall = time.monotonic_ns(), time.time_ns()
 
     def frame(r: int) -> Batch:
@@ -107,7 +109,7 @@ def test_taking_the_lock_ingests_nothing_a_view_leaves_young_frames_and_drain_ta
         with feed.lock:
             assert feed.model.events == 0
         assert feed.fetch(ViewQuery()).info.events == 0  # young: left queued
-        time.sleep(watcher.DRAIN_S * 1.2)
+        clock[0] += watcher.DRAIN_S  # it has waited its DRAIN_S
         assert feed.fetch(ViewQuery()).info.events == 2  # waited its DRAIN_S: in
         feed._on_batch(frame(1), b"")
         feed.drain()
