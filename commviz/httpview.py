@@ -111,9 +111,9 @@ class StateServer:
         feed.drain()  # every frame that has arrived: taking the lock no longer puts them in
         with feed.lock:
             doc = feed.model.summary(time.time_ns())
-            counts = getattr(feed, "ingest_counts", None)  # a live feed's (not attach's rounds)
+            counts = feed.ingest_counts()  # a live feed's (not attach's rounds, not a replay's)
             if counts is not None:
-                doc["ingest"] = {**dataclasses.asdict(counts()), "shed_instances": feed.model.shed_ops}
+                doc["ingest"] = {**dataclasses.asdict(counts), "shed_instances": feed.model.shed_ops}
         doc["http"] = {"requests": self.http.requests, "connections": len(self.http.guard),
                        "client_errors": self.http.complaints.as_dict()}
         return doc

@@ -78,6 +78,11 @@ class ModelFeed:
     def drain(self) -> None:
         """Everything that has arrived, into the model now (a live feed queues frames)."""
 
+    def ingest_counts(self):
+        """How far behind the wire a live feed is and what it sheds
+        (`watcher.IngestCounts`); None for a feed that reads no wire."""
+        return None
+
     def procs(self) -> dict[int, tuple[float, int]]:
         """rank -> (cpu %, rss bytes) of rank processes this feed can see (the ranks table)."""
         return {}
