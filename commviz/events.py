@@ -13,7 +13,8 @@ older watchers and only a frame with a new kind is refused (with the upgrade hin
 a reader older than it.
 
 Versions: 1 the first; 2 adds `Stopped` (the watcher stopped the job), `Audit` and
-`HostTopology`.
+`HostTopology`; 3 adds `NcclComm` and `NcclOp` (NCCL's own view, from its profiler
+plugin).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import msgspec
 # than failing the batch it lands in.
 I64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Monotonic nanoseconds are per host; `Hello.wall_ns - Hello.mono_ns` is the offset
 # that turns them into wall-clock nanoseconds so several hosts line up.
@@ -255,11 +256,55 @@ class HostTopology(msgspec.Struct, tag="topology", array_like=True, omit_default
     document: dict[str, Any] = {}
 
 
-Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped, Audit, HostTopology]
+class NcclComm(msgspec.Struct, tag="ncclcomm", array_like=True, omit_defaults=True):
+    """A communicator NCCL created (or, with `ended`, finalized) in this rank's process,
+    as commviz's NCCL profiler plugin saw it (probe/_ncclprof.c). `comm` is NCCL's
+    commHash in hex, the name its logs and flight-recorder dumps use."""
+
+    t: I64
+    comm: str
+    rank: I64
+    nranks: I64
+    nodes: I64 = 1
+    name: str = ""
+    ended: bool = False
+
+
+class NcclOp(msgspec.Struct, tag="ncclop", array_like=True, omit_defaults=True):
+    """One operation NCCL ran, as its profiler plugin saw it: every collective and
+    send/recv on any communicator of this process, whoever issued it (torch's Python
+    API, a C++ comm hook, vLLM's ctypes calls, a CUDA-graph replay). Sent once the op is
+    done: when every channel's kernel has reported its end, or at enqueue when NCCL
+    reports no kernel. `t` is when NCCL started enqueueing it (the probe's clock);
+    `device_ns` spans the first channel's start to the last one's stop on the GPU's own
+    timer; `replays` counts a captured op's graph replays this event stands for."""
+
+    t: I64
+    comm: str
+    func: str
+    count: I64
+    dtype: str = ""
+    bytes: I64 = -1
+    seq: I64 = -1
+    peer: I64 = -1
+    root: I64 = -1
+    algo: str = ""
+    proto: str = ""
+    channels: I64 = 0
+    enqueue_ns: I64 = -1
+    device_ns: I64 = -1
+    done_t: I64 = -1
+    captured: bool = False
+    replays: I64 = 0
+
+
+Event = Union[Hello, GroupDef, OpStart, OpEnd, Sample, Mark, Counters, Goodbye, Stack, Stopped, Audit, HostTopology,
+              NcclComm, NcclOp]
 BASE_SCHEMA = 1  # the version of every kind but those below
 STOPPED_SINCE = 2
 AUDIT_SINCE = 2
 HOST_TOPOLOGY_SINCE = 2
+NCCL_SINCE = 3  # NcclComm, NcclOp: NCCL's own view, from its profiler plugin
 
 
 class Batch(msgspec.Struct, array_like=True):

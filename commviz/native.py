@@ -9,7 +9,9 @@ says so through `declined`.
 
 from __future__ import annotations
 
+import glob
 import importlib
+import importlib.util
 import os
 
 PARTS = {
@@ -18,7 +20,11 @@ PARTS = {
     "commviz.model._fastcols": "reading frames into the model's columns",
     "commviz.transport._fastrecv": "the watcher's receive loop",
 }
-STATUS: dict[str, str] = {}  # part -> "loaded", or why not
+# Compiled libraries that are not Python modules: found by path, not imported.
+LIBRARIES = {
+    "commviz.probe._ncclprof": "NCCL's profiler plugin: what NCCL itself runs (loaded by NCCL, read via ctypes)",
+}
+STATUS: dict[str, str] = {}  # part -> "loaded" (a library: "built"), or why not
 
 
 def pure() -> bool:
@@ -43,9 +49,28 @@ def declined(name: str, why: str) -> None:
     STATUS[name] = f"built, not used: {why}"
 
 
+def library(name: str) -> str | None:
+    """The built library `name` (one of LIBRARIES) by its path, or None (and why, in STATUS)."""
+    if pure():
+        STATUS[name] = "off (COMMVIZ_PURE=1)"
+        return None
+    pkg, _, base = name.rpartition(".")
+    spec = importlib.util.find_spec(pkg)
+    here = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    found = sorted(glob.glob(os.path.join(here, base + "*.so"))) if here else []
+    if not found:
+        STATUS[name] = "not built; reinstall with a C compiler: pip install -e ."
+        return None
+    STATUS.setdefault(name, "built")
+    return found[0]
+
+
 def report() -> dict[str, str]:
     """Every part's state, loading any not asked for yet."""
     for name in PARTS:
         if name not in STATUS:
             load(name)
-    return {name: STATUS[name] for name in PARTS}
+    for name in LIBRARIES:
+        if name not in STATUS:
+            library(name)
+    return {name: STATUS[name] for name in (*PARTS, *LIBRARIES)}

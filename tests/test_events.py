@@ -37,7 +37,7 @@ def test_a_stop_marker_is_stamped_with_the_schema_that_has_it():
 
     st = Stopped(500, "commviz record", "hang", 20.0)
     b = decode_batch(encode_batch(2, [st], schema=STOPPED_SINCE))
-    assert b.schema == 2 == SCHEMA_VERSION and b.events == [st]
+    assert b.schema == 2 and b.events == [st]
     assert st.text() == "stopped by commviz record after 20 s (hang)"
     assert Stopped(1, "commviz record", "Ctrl-C").text() == "stopped by commviz record (Ctrl-C)"
 

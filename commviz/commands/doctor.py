@@ -42,6 +42,7 @@ def facts() -> dict:
         "torch": torch,
         "pure": native.pure(),
         "compiled": native.report(),
+        "nccl_plugin": _nccl_plugin(),
         "optional": {
             "py-spy (commviz attach)": shutil.which("py-spy") is not None,
             "pyarrow (export --parquet)": has("pyarrow"),
@@ -51,6 +52,20 @@ def facts() -> dict:
     }
 
 
+def _nccl_plugin() -> dict:
+    """What a job started from this shell would do with NCCL's profiler plugin: the
+    same decision the probe makes (probe/nccl_plugin.enable), on a copy of the
+    environment, so asking changes nothing."""
+    import os
+
+    from commviz.probe import nccl_plugin
+
+    env = dict(os.environ)
+    p = nccl_plugin.enable(env)
+    return {"state": p.state.value, "why": p.why, "path": p.path,
+            "kernel_events": nccl_plugin.kernel_events(env)}
+
+
 def run(args, cmd: list[str]) -> int:
     f = facts()
     if args.json:
@@ -58,11 +73,19 @@ def run(args, cmd: list[str]) -> int:
         return 0
     print(f"commviz {f['commviz']} · Python {f['python']} · torch {f['torch'] or 'not installed'}")
     print("compiled parts" + (" (COMMVIZ_PURE=1: all off)" if f["pure"] else "") + ":")
-    from commviz.native import PARTS
+    from commviz.native import LIBRARIES, PARTS
 
     for name, state in f["compiled"].items():
-        print(f"  {name.rsplit('.', 1)[1]:<10} {state:<12} {PARTS[name]}" if state == "loaded"
-              else f"  {name.rsplit('.', 1)[1]:<10} {state}  — {PARTS[name]}")
+        what = PARTS.get(name) or LIBRARIES[name]
+        print(f"  {name.rsplit('.', 1)[1]:<10} {state:<12} {what}" if state in ("loaded", "built")
+              else f"  {name.rsplit('.', 1)[1]:<10} {state}  — {what}")
+    n = f["nccl_plugin"]
+    said = {
+        "loaded": "a job started from here loads it into NCCL (NCCL_PROFILER_PLUGIN set by the probe)"
+                  + ("" if n["kernel_events"] else "; kernel events off (COMMVIZ_NCCL_KERNEL=0)"),
+        "user's plugin": f"not used: {n['why']}",
+    }.get(n["state"], f"{n['state']}: {n['why']}")
+    print(f"NCCL profiler plugin: {said}")
     print("optional:")
     for what, ok in f["optional"].items():
         print(f"  {'yes' if ok else 'no ':<4} {what}")

@@ -69,6 +69,8 @@ def summary(model: Model, now: int | None = None) -> dict:
         row = {"rank": rank, "ops": {op: {"count": c, "bytes": b} for op, (c, b) in sorted(r.per_op.items())}}
         if r.audit is not None:
             row["audit"] = r.audit
+        if r.nccl is not None:
+            row["nccl"] = r.nccl.document()
         per_rank.append(row)
     return {
         "world_size": model.world_size,

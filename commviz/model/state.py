@@ -28,6 +28,8 @@ from commviz.events import (
     Mark,
     OpEnd,
     OpStart,
+    NcclComm,
+    NcclOp,
     Sample,
     Stack,
     Stopped,
@@ -36,6 +38,7 @@ from commviz.model import audit as audit_mod
 from commviz.model import columns, document
 from commviz.model import desync as desync_mod
 from commviz.model.merge import offset_ns, order_events
+from commviz.model.nccl import NcclTally
 from commviz.model.retired import Retired
 from commviz.model.findings import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
@@ -178,6 +181,7 @@ class RankState:
     stopped: Stopped | None = None  # the watcher stopped the job while this rank ran
     windows: audit_mod.Windows = field(default_factory=audit_mod.Windows)  # recent events, for the audit
     audit: dict | None = None  # against torch's flight recorder (model/audit.py)
+    nccl: NcclTally | None = None  # what NCCL itself says it ran (model/nccl.py), once it says anything
 
     @property
     def gone(self) -> bool:
@@ -441,6 +445,10 @@ class Model:
             r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
         elif isinstance(ev, HostTopology):
             self._host_topology(ev)
+        elif isinstance(ev, (NcclOp, NcclComm)):
+            if r.nccl is None:
+                r.nccl = NcclTally()
+            r.nccl.add(ev)
         elif isinstance(ev, Goodbye):
             r.dropped = max(r.dropped, ev.dropped)
             r.status = RankStatus.EXITED

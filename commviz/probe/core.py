@@ -112,6 +112,8 @@ class Probe:
         self.ring_start = None  # its start/end writers while it is open, called by the hot path
         self.ring_end = _no_ring_end  # never None: an op that began with the ring may end after it closed
         self.cuda_side = None  # CudaSide (probe/cuda.py), made at start
+        self.nccl_plugin = None  # nccl_plugin.Plugin, set at install, before NCCL initializes
+        self.nccl_reader = None  # nccl_plugin.Reader, made at start
         self.cuda_module = None  # torch.cuda, or a stand-in that models it (tests)
         self.waiters = Waiters(self._work_done)
         self.outstanding = Outstanding()  # CPU completions on torch's threads, settled at exit
@@ -166,7 +168,7 @@ class Probe:
             self.cuda_side.resume()
         self.sender = Sender(rank, hello, self.cfg.addr, self.cfg.trace_dir, self.health, self.queue,
                              self.cfg.flush_interval_s, self.cfg.stack_after_s, self.capture_stack,
-                             self.capture_quiet_stacks)
+                             self.capture_quiet_stacks, sources=self._nccl_sources())
         self.sender.start()
         self.sampler = sampler
         if sampler is not None:
@@ -253,6 +255,22 @@ class Probe:
         if getattr(props, "pci_bus_id", None) is not None:
             hello.pci_bus_id = f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
         self.push(hello)
+
+    def _nccl_sources(self) -> list:
+        """NCCL's own view, where its profiler plugin was set up at install
+        (probe/nccl_plugin.py); a user's own plugin is said once, and left alone."""
+        from commviz.probe.nccl_plugin import PluginState, Reader
+
+        plugin = self.nccl_plugin
+        if plugin is None:
+            return []
+        if plugin.state is PluginState.USER_PLUGIN:
+            self.health.warn_once("nccl plugin", f"NCCL's own events are not seen: {plugin.why}")
+        if plugin.state is not PluginState.LOADED:
+            return []
+        if self.nccl_reader is None:  # one per process: the plugin's ring is
+            self.nccl_reader = Reader(plugin)
+        return [self.nccl_reader.poll]
 
     def shutdown(self, reason: str = "exit") -> None:
         s = self.sender

@@ -609,6 +609,10 @@ def install(addr: str | None = None, trace_dir: str | None = None):
         from commviz.probe.core import Probe
 
         probe = Probe(cfg)
+        from commviz.probe import nccl_plugin
+
+        # Before the job's first NCCL communicator, which is when NCCL loads its plugin.
+        probe.nccl_plugin = nccl_plugin.enable()
         for name, spec in opcat.CATALOGUE.items():
             if hasattr(c10d, name):
                 _patch(c10d, dist, name, lambda orig, spec=spec: _wrap(orig, spec, probe))

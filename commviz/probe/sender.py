@@ -13,7 +13,7 @@ import threading
 import time
 
 from commviz import native
-from commviz.events import (BASE_SCHEMA, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
+from commviz.events import (BASE_SCHEMA, NCCL_SINCE, E_ID, END, HOST_TOPOLOGY_SINCE, MAX_WIRE_FRAME, S_BYTES, S_DTYPE, S_ID, S_SHAPE, S_T,
                              START, Counters, Goodbye, GroupDef, Hello, HostTopology, cuts, encode_batch, encode_frames)
 from commviz.probe.health import Health
 from commviz.probe.names import dtype_name, tensor_nbytes
@@ -45,8 +45,10 @@ QUIET_MAX_EVERY_S = 60.0  # a quiet rank's stacks are sent again at least this o
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
-                 stack_after_s: float = 3.0, on_long_op=None, on_quiet=None) -> None:
+                 stack_after_s: float = 3.0, on_long_op=None, on_quiet=None, sources=()) -> None:
         self.rank = rank
+        # () -> list of events, polled at each flush: NCCL's own view (probe/nccl_plugin.py)
+        self.sources = tuple(sources)
         self.schema = BASE_SCHEMA  # raised by the first Audit (probe/audit.py)
         self.hello = hello
         self.health = health
@@ -214,7 +216,7 @@ class Sender:
             return x, 0, "", ()
 
     def flush(self) -> None:
-        events = self._carry + self._drain()
+        events = self._carry + self._drain() + self._poll_sources()
         self._carry = []
         now = time.monotonic()
         if now - self._last_counters >= COUNTERS_EVERY_S:
@@ -223,6 +225,17 @@ class Sender:
         self._emit_all(events)
         if self.client is not None:
             self._send_backlog()  # acks free the window; a watcher may have come up
+
+    def _poll_sources(self) -> list:
+        out: list = []
+        for poll in self.sources:
+            try:
+                out.extend(poll())
+            except Exception as exc:  # a source's failure costs its events, not the flush
+                self.health.internal("source", exc)
+        if out:
+            self.schema = max(self.schema, NCCL_SINCE)
+        return out
 
     def _counters(self) -> Counters:
         h = self.health
@@ -339,7 +352,7 @@ class Sender:
                 break
             time.sleep(0.005)
         try:
-            events = self._carry + [self._counters()]
+            events = self._carry + self._poll_sources() + [self._counters()]
             self._carry = []
             self._emit_all(events)
             if self.client is not None:
