@@ -147,7 +147,21 @@ class Assembler:
             elif kind is RecKind.INIT:
                 out.append(NcclComm(r.t, comm_name(r.comm), r.rank, r.a, r.b, r.func))
             elif kind is RecKind.FINI:
+                out.extend(self._left_at_end(r.comm))
                 out.append(NcclComm(r.t, comm_name(r.comm), r.rank, -1, ended=True))
+        return out
+
+    def _left_at_end(self, comm: int) -> list[NcclOp]:
+        """A communicator's ops still waiting for their channels when it ends: NCCL
+        enqueued them and will say no more, so each counts, with no GPU time (an op
+        whose channels never all report, as at one rank, is still an op NCCL ran)."""
+        out = []
+        for serial, p in list(self.pending.items()):
+            if p.start.comm != comm:
+                continue
+            del self.pending[serial]
+            if p.enqueued_t >= 0 and not p.start.captured:
+                out.append(self._op(p, device_ns=-1, done_t=-1, replays=0))
         return out
 
     def _kernel_will_report(self, p: _Pending) -> bool:

@@ -190,6 +190,21 @@ def test_many_threads_at_once_lose_nothing_and_a_full_ring_counts_what_it_drops(
     assert reader.stats()["records"] == stats["records"]
 
 
+def test_ops_whose_channels_never_report_count_when_their_communicator_ends(lib):
+    reader = _attach(lib)
+    nccl = FakeNccl(lib)
+    _, ctx = nccl.init(21)
+    _, other = nccl.init(22)
+    nccl.p2p(ctx, b"Send", peer=0, channels=1)  # as at one rank: no KernelCh ever comes
+    nccl.p2p(other, b"Recv", peer=0, channels=1)
+    assert _ops(reader.poll()) == []
+    nccl.finalize(ctx)
+    got = reader.poll()
+    [send] = _ops(got)
+    assert (send.func, send.device_ns, send.done_t) == ("Send", -1, -1)
+    assert got[-1].ended and len(reader.assembler.pending) == 1  # the other communicator's op waits on
+
+
 def test_records_parse_whatever_a_newer_plugin_adds():
     raw = RECORD.pack(99, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, b"", b"", b"", b"")
     assert parse(raw, 1) == []
