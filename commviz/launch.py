@@ -10,10 +10,9 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-import commviz
 from commviz.errors import CommvizError
 
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(commviz.__file__)), "_bootstrap")
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 
 
 def job_env(addr: str, base: dict | None = None, stack_after_s: float | None = None,

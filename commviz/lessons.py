@@ -13,9 +13,8 @@ import difflib
 import os
 from dataclasses import dataclass
 
-import commviz
 
-SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(commviz.__file__)), "scenarios")
+SCENARIO_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 WATCH = ("--interval", "0.2", "--iters", "100")  # slow enough to follow, long enough to look
 
 

@@ -89,7 +89,7 @@ from commviz.errors import CommvizError
 from commviz.model.diagnosis import Kind, RankStatus
 from commviz.model.state import MetricsView
 from commviz.model.stats import BUCKETS_NS
-from commviz.watcher import IngestCounts
+from commviz.view.feed import IngestCounts
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_GROUPS = 16

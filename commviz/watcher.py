@@ -17,7 +17,6 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 from commviz.events import Batch, batch_len
 from commviz.model import Model
@@ -26,7 +25,7 @@ from commviz.model.overload import Overload
 from commviz.model.store import EventStore, decode_frame
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
-from commviz.view.feed import ModelFeed, ViewQuery
+from commviz.view.feed import IngestCounts, ModelFeed, ViewQuery
 from commviz.view.snapshot import Fetched, Hosts
 
 LIVENESS_EVERY_S = 0.5
@@ -38,22 +37,6 @@ DRAIN_S = 0.25
 # own batch). A batch takes a collective in bulk only if all its members' frames are
 # in it: at 1,024 ranks whose frames carry 64 steps, one instance spans 131,072 events.
 DRAIN_EVENTS = 200_000
-
-
-@dataclass(frozen=True)
-class IngestCounts:
-    """What a live feed says about keeping up, beside the model: read by /metrics
-    and by a collector's summary (`LiveFeed.ingest_counts`)."""
-
-    lag_s: float = 0.0
-    shedding: bool = False
-    why: str = ""  # while shedding: "behind the job" or "frames lost"
-    shed_spells: int = 0
-    shed_frames: int = 0
-    probe_behind_events: int = 0  # events the probes left out while this feed took none (Counters.behind)
-    read_pauses: int = 0  # times the reader waited for room in the inbox (transport/server.py, FULL_PAUSE_S)
-    refused_token: int = 0
-    refused_limit: int = 0
 
 
 class LiveFeed(ModelFeed):
