@@ -2,7 +2,7 @@
 --json` document (its keys are a contract: docs/ARCHITECTURE.md), its op table, and
 the rank rows of the live tables. Kept apart from the model so the model holds
 state and answers questions, and what a view shows of it is built here, through the
-model's public interface only."""
+model's public interface only (`face.ModelFace`)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from commviz import ops as opcat
 from commviz.model.diagnosis import RankStatus
+from commviz.model.face import ModelFace
 
 if TYPE_CHECKING:
     from commviz.model.findings import Findings
-    from commviz.model.state import Model
 
 
 def _sig(x: float, digits: int = 6) -> float:
@@ -22,7 +22,7 @@ def _sig(x: float, digits: int = 6) -> float:
     return float(f"{x:.{digits}g}")
 
 
-def op_rows(model: Model) -> list[dict]:
+def op_rows(model: ModelFace) -> list[dict]:
     """The summary's op table, including instances not every rank has finished."""
     rows = []
     for (op, group), st in sorted(model.stats_now().items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -44,7 +44,7 @@ def op_rows(model: Model) -> list[dict]:
     return rows
 
 
-def summary(model: Model, now: int | None = None) -> dict:
+def summary(model: ModelFace, now: int | None = None) -> dict:
     """The `commviz summary --json` document at `now` (wall ns; default: the newest
     event's time)."""
     now = model.last_t if now is None else now
@@ -106,7 +106,7 @@ class RankRow:
     unseen: dict[str, int] = field(default_factory=dict)  # backend ops commviz did not see (the audit)
 
 
-def rank_rows(model: Model, now: int, found: Findings | None = None) -> list[RankRow]:
+def rank_rows(model: ModelFace, now: int, found: Findings | None = None) -> list[RankRow]:
     """One row per rank for live tables (`found`: the findings at `now`, if the caller
     has them already)."""
     found = model.findings(now) if found is None else found

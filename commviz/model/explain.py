@@ -7,16 +7,12 @@ instead (and on which line of their code), and for cycles the whole cycle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from commviz.model import rollcall
 from commviz.model.diagnosis import Diagnosis, Kind
+from commviz.model.face import ModelFace
 from commviz.model.text import ranks_phrase, secs, short_error
 from commviz.model.track import InFlight
 from commviz.model.waits import RankView, Unit, Waiter, op_label
-
-if TYPE_CHECKING:
-    from commviz.model.state import Model
 
 MAX_ALSO_IN_MESSAGE = 4  # units stuck behind a root cause, named in its message
 MAX_MISSING_IN_MESSAGE = 4  # missing ranks described one by one; the rest are listed
@@ -28,7 +24,7 @@ class Writer:
     """Builds the `Diagnosis` of each root cause; remembers which op of each rank it talked about,
     so the right stack goes with it."""
 
-    def __init__(self, model: Model, view: RankView, units: list[Unit]) -> None:
+    def __init__(self, model: ModelFace, view: RankView, units: list[Unit]) -> None:
         self.model = model
         self.view = view
         self.stuck_of: dict[int, list[Unit]] = {}

@@ -22,16 +22,13 @@ modules. Everything is a pure function of the model and `now`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from commviz.model import desync as desync_mod
 from commviz.model.diagnosis import Diagnosis
 from commviz.model.explain import Writer
+from commviz.model.face import ModelFace
 from commviz.model.waitgraph import build_graph
 from commviz.model.waits import RankView, collective_units, p2p_units
-
-if TYPE_CHECKING:
-    from commviz.model.state import Model
 
 
 @dataclass
@@ -44,7 +41,7 @@ class Findings:
         return [d.to_json() for d in self.diagnoses]
 
 
-def diagnose(model: Model, now: int) -> Findings:
+def diagnose(model: ModelFace, now: int) -> Findings:
     """Every diagnosis at `now`, most fundamental first: desync, dead_rank,
     p2p_deadlock, hang, straggler."""
     th = model.thresholds

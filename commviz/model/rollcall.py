@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from commviz.model.face import ModelFace
 from commviz.model.stacks import StackInfo
 from commviz.model.text import rank_list
 
@@ -89,7 +90,7 @@ def groups_json(groups: list[Group]) -> dict:
     return {"groups": [g.to_json() for g in shown], "more_groups": len(groups) - len(shown)}
 
 
-def place(model, rank: int, op_id: int | None = None) -> Place:
+def place(model: ModelFace, rank: int, op_id: int | None = None) -> Place:
     """Where `rank` is in `model`: the op `op_id` (the one a diagnosis names for it)
     if it is still in it, else the op it is in, else none; with the stack that says
     where in its code (the op's own, else a quiet capture taken since it began)."""

@@ -10,17 +10,14 @@ lived, and it is only blamed as dead when the rest of the job outlived it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from commviz import ops as opcat
 from commviz.events import OpStart
 from commviz.model.diagnosis import RankStatus
+from commviz.model.face import ModelFace
 from commviz.model.text import coll_label, p2p_label
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import InFlight, is_interrupt
-
-if TYPE_CHECKING:
-    from commviz.model.state import Model
 
 
 @dataclass
@@ -78,7 +75,7 @@ class RankView:
     """Per-rank facts every diagnosis needs: gone or not, since when, and how long
     the rest of the job was still heard from afterwards."""
 
-    def __init__(self, model: Model, now: int, th: Thresholds) -> None:
+    def __init__(self, model: ModelFace, now: int, th: Thresholds) -> None:
         self.model = model
         self.now = now
         self.th = th
@@ -150,7 +147,7 @@ class RankView:
         return self.model.gone_note(rank)
 
 
-def collective_units(model: Model, view: RankView, skip: set[tuple[str, int]]) -> list[Unit]:
+def collective_units(model: ModelFace, view: RankView, skip: set[tuple[str, int]]) -> list[Unit]:
     th = view.th
     out = []
     for key, inst in model.pending.items():
@@ -185,7 +182,7 @@ def collective_units(model: Model, view: RankView, skip: set[tuple[str, int]]) -
     return out
 
 
-def p2p_units(model: Model, view: RankView) -> list[Unit]:
+def p2p_units(model: ModelFace, view: RankView) -> list[Unit]:
     th = view.th
     out = []
     for pair in model.tracker.pairs.values():
