@@ -3,6 +3,8 @@
 import socket
 import time
 
+import zmq
+
 from commviz.events import GroupDef, Hello, OpEnd, OpStart
 
 WALL0 = 1_700_000_000_000_000_000
@@ -38,6 +40,30 @@ def settled(value, quiet_s=0.3) -> bool:
     v = value()
     time.sleep(quiet_s)
     return value() == v
+
+
+class Handshakes:
+    """How many connections a zmq socket has made (watched from before it connects):
+    zmq connects a peer again after the watcher closed it, and a test waits for that
+    instead of sleeping through the reconnect interval. Close it before the context."""
+
+    def __init__(self, sock: zmq.Socket) -> None:
+        self._sock = sock
+        self._mon = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self.n = 0
+
+    def __call__(self) -> int:
+        while self._mon.poll(0):
+            self._mon.recv_multipart()
+            self.n += 1
+        return self.n
+
+    def close(self) -> None:
+        try:
+            self._sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(0)
 
 
 def free_port() -> int:

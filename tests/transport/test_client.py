@@ -8,6 +8,7 @@ import zmq
 
 from commviz.transport import client as client_mod
 from commviz.transport.client import Client
+from tests.helpers import wait_for
 
 
 def test_a_watcher_that_stops_reading_gets_at_most_256_batches_queued(tmp_path):
@@ -22,10 +23,7 @@ def test_a_watcher_that_stops_reading_gets_at_most_256_batches_queued(tmp_path):
     c = Client(addr, identity=b"rank0")
     payload = b"x" * (1 << 20)  # bigger than any socket buffer: the kernel holds at most a few
     try:
-        deadline = time.monotonic() + 10
-        while not c.send(payload):  # IMMEDIATE: refused until the connection is up
-            assert time.monotonic() < deadline, "never connected"
-            time.sleep(0.01)
+        assert wait_for(lambda: c.send(payload), timeout=10), "never connected"  # IMMEDIATE: refused until then
         taken, t0 = 1, time.monotonic()
         # A send never waits: it is taken or refused at once. zmq's I/O thread moves
         # frames out of the queue, so wait until a refusal sticks for a moment.

@@ -12,7 +12,7 @@ from commviz.transport.client import Client
 from commviz.transport.conns import Connections, close_fd
 from commviz.transport.server import Server
 from commviz.transport.token import Gate
-from tests.helpers import hello, op
+from tests.helpers import Handshakes, hello, op
 from tests.helpers import wait_for
 from tests.transport.test_token import NoCtx
 
@@ -118,6 +118,7 @@ def test_a_frame_over_the_wire_limit_never_reaches_the_watcher(sockdir):
     ctx = zmq.Context()
     raw = ctx.socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
+    connections = Handshakes(raw)
     raw.connect(addr)
     try:
         events = [hello(0)] + [e for i in range(6000) for e in op(i, i, i + 1)]
@@ -127,12 +128,13 @@ def test_a_frame_over_the_wire_limit_never_reaches_the_watcher(sockdir):
         frames = list(encode_frames(0, events))
         assert all(p is not None and len(p) <= MAX_WIRE_FRAME for p, _ in frames)
         assert sum(n for _, n in frames) == len(events)
-        time.sleep(0.3)
+        assert wait_for(lambda: connections() >= 2)  # zmq dropped the connection it came on, and made another
         for p, _ in frames:
             raw.send(p)
         assert wait_for(lambda: sum(got) == len(events))  # the frames that fit, all of them
         assert server.frames == len(frames)
     finally:
+        connections.close()
         raw.close()
         ctx.term()
         server.close()

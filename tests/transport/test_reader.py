@@ -9,6 +9,7 @@ import pytest
 import zmq
 
 from commviz.transport import reader
+from tests.helpers import wait_for
 
 
 def _connect(ctx, addr: str, identity: bytes):
@@ -33,11 +34,8 @@ def pair(tmp_path):
 
 
 def _take(read, want, n=1000, max_bytes=1 << 30):
-    got, deadline = [], time.monotonic() + 10
-    while len(got) < want and time.monotonic() < deadline:
-        got += read(n, max_bytes)
-        if len(got) < want:
-            time.sleep(0.01)
+    got = []
+    wait_for(lambda: got.extend(read(n, max_bytes)) or len(got) >= want, timeout=10)
     return got
 
 
@@ -71,9 +69,7 @@ def test_a_round_stops_at_its_count_or_its_bytes(pair, prefer_c):
     for i in range(10):
         dealer.send(bytes([i]) * 1000)
     read = reader.reader(router, prefer_c)
-    deadline = time.monotonic() + 10
-    while router.poll(0) == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert router.poll(10_000)
     time.sleep(0.2)  # all ten queued (RCVHWM is zmq's default here)
     first = read(3, 1 << 30)
     assert len(first) == 3
