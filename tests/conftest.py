@@ -9,6 +9,7 @@ import os
 import pytest
 
 from commviz import native
+from tests.helpers import FakeClock
 
 
 def pytest_collection_modifyitems(config, items):
@@ -33,3 +34,10 @@ def sockdir(tmp_path):
     d = tmp_path / "commviz-test"
     d.mkdir(mode=0o700)
     return d
+
+
+@pytest.fixture
+def clock():
+    """A stopped clock for a Sender, Server or Relay (`clock=clock, sleep=clock.sleep`):
+    the test steps their timers instead of sleeping past them."""
+    return FakeClock()

@@ -1,6 +1,7 @@
 """Event builders and waits shared by the unit tests."""
 
 import socket
+import threading
 import time
 
 import zmq
@@ -24,6 +25,27 @@ def group(gid: str = "0", ranks=(0, 1)) -> GroupDef:
 
 def op(op_id: int, t0: int, t1: int, name: str = "all_reduce", gid: str = "0", seq: int = 0, nbytes: int = 4096, **kw):
     return [OpStart(op_id, t0, name, gid, seq, nbytes, "float32", [nbytes // 4], **kw), OpEnd(op_id, t1)]
+
+
+class FakeClock:
+    """Time that passes only when told: by the test (`tick`), or by the code under
+    test through `sleep`, so a timer is stepped past instead of outlasted in real
+    time, however loaded the machine. Give it as `clock=` and `sleep` as `sleep=`."""
+
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+        self._lock = threading.Lock()  # a test and the code's thread may both move it
+
+    def __call__(self) -> float:
+        return self.t
+
+    def tick(self, seconds: float) -> None:
+        with self._lock:
+            self.t += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.tick(seconds)
+        time.sleep(0)  # a deadline loop on another thread leaves this one the GIL
 
 
 def wait_for(cond, timeout=5.0):

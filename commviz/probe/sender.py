@@ -45,8 +45,13 @@ QUIET_MAX_EVERY_S = 60.0  # a quiet rank's stacks are sent again at least this o
 class Sender:
     def __init__(self, rank: int, hello: Hello, addr: str | None, trace_dir: str | None,
                  health: Health, queue: collections.deque, flush_interval_s: float = 0.02,
-                 stack_after_s: float = 3.0, on_long_op=None, on_quiet=None, sources=()) -> None:
+                 stack_after_s: float = 3.0, on_long_op=None, on_quiet=None, sources=(), *,
+                 clock=time.monotonic, sleep=time.sleep) -> None:
         self.rank = rank
+        # What the timers (flush, resync, counters, stacks, the exit's deadlines) read
+        # and wait on, so a test steps time instead of outlasting it. Events are still
+        # stamped with time.monotonic_ns: the ops they sit among are (probe/core.py).
+        self._clock, self._sleep = clock, sleep
         # () -> list of events, polled at each flush: NCCL's own view (probe/nccl_plugin.py)
         self.sources = tuple(sources)
         self.schema = BASE_SCHEMA  # raised by the first Audit (probe/audit.py)
@@ -91,7 +96,7 @@ class Sender:
         self.on_quiet = on_quiet  # () -> list[Stack]
         self._ops_drained = 0
         self._ops_seen = 0
-        self._active_at = time.monotonic()
+        self._active_at = clock()
         self._quiet_next = self._active_at + stack_after_s  # quiet from the start counts from the start
 
     def _open_trace(self, trace_dir: str) -> None:
@@ -112,12 +117,13 @@ class Sender:
     # ----------------------------------------------------------------- thread
 
     def _run(self) -> None:
-        next_flush = time.monotonic() + self.flush_interval_s
+        clock = self._clock
+        next_flush = clock() + self.flush_interval_s
         while not self._stop.is_set():
             try:
-                self._wake.wait(max(0.0, next_flush - time.monotonic()))
+                self._wake.wait(max(0.0, next_flush - clock()))
                 self._wake.clear()
-                now = time.monotonic()
+                now = clock()
                 if now >= next_flush:
                     self.flush()
                     next_flush = now + self.flush_interval_s
@@ -127,7 +133,7 @@ class Sender:
                     self._capture_if_quiet(now)
             except Exception as exc:  # never let the thread die
                 self.health.internal("sender", exc)
-                time.sleep(self.flush_interval_s)
+                self._sleep(self.flush_interval_s)
 
     def _capture_long_ops(self) -> None:
         """Stacks for ops stuck longer than the threshold: what a hang diagnosis
@@ -135,7 +141,7 @@ class Sender:
         if self.on_long_op is None or not self.inflight:
             self._stacked.clear()
             return
-        cutoff = time.monotonic_ns() - self.stack_after_ns
+        cutoff = int(self._clock() * 1e9) - self.stack_after_ns  # the ops' stamps are this clock's, in ns
         for op_id, start in list(self.inflight.items()):
             if start[S_T] <= cutoff and op_id not in self._stacked:
                 self._stacked.add(op_id)
@@ -218,7 +224,7 @@ class Sender:
     def flush(self) -> None:
         events = self._carry + self._drain() + self._poll_sources()
         self._carry = []
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last_counters >= COUNTERS_EVERY_S:
             self._last_counters = now
             events.append(self._counters())
@@ -291,7 +297,7 @@ class Sender:
         what it has not acknowledged is at most the window (`extra` more for the
         goodbye), and what a dropped connection took with it is counted here, exactly."""
         client = self.client
-        if not self.connected and not len(client.window) and time.monotonic() < self._resync_at:
+        if not self.connected and not len(client.window) and self._clock() < self._resync_at:
             return  # nobody listened when last asked, and no frame of ours is out to be acked or lost
         lost = client.poll()
         if lost is not None:
@@ -299,7 +305,7 @@ class Sender:
             self.health.dropped += sum(n for n, traced in lost if not traced)
         if not self.connected:
             if client.room + extra <= 0 or not client.writable() or not client.send(self._resync(), (0, True)):
-                self._resync_at = time.monotonic() + self.resync_every_s
+                self._resync_at = self._clock() + self.resync_every_s
                 return
             self.connected = True
         while self.backlog and client.room + extra > 0:
@@ -326,13 +332,13 @@ class Sender:
         queued behind frames the watcher may not read in zmq's linger); what is still
         in the backlog then is lost, unless traced. A watcher that is gone costs no
         wait; a frozen one, the deadline. `extra` as for _send_backlog."""
-        deadline = time.monotonic() + EXIT_HANDOVER_S
+        deadline = self._clock() + EXIT_HANDOVER_S
         while self.backlog or len(self.client.window):
             self._send_backlog(extra)
-            if not self.connected or time.monotonic() >= deadline:
+            if not self.connected or self._clock() >= deadline:
                 break
             if self.backlog or len(self.client.window):
-                time.sleep(0.002)
+                self._sleep(0.002)
         while self.backlog:
             self._pop_backlog(lost=True)
 
@@ -344,13 +350,13 @@ class Sender:
             self.thread.join(timeout)
         # Async ops whose completion is in flight (a future callback waiting for the
         # GIL, a waiter thread) get a moment to land, so the last op is not lost.
-        end = time.monotonic() + EXIT_GRACE_S
+        end = self._clock() + EXIT_GRACE_S
         self._resync_at = 0.0  # at exit a watcher that has come up is asked for at once
         while True:
             self._carry.extend(self._drain())
-            if not self.inflight or time.monotonic() >= end:
+            if not self.inflight or self._clock() >= end:
                 break
-            time.sleep(0.005)
+            self._sleep(0.005)
         try:
             events = self._carry + self._poll_sources() + [self._counters()]
             self._carry = []

@@ -29,8 +29,11 @@ WINDOW = 64
 
 class Relay:
     def __init__(self, listen: str, to: str, token: str | None = None, listen_token: str | None = None,
-                 flush_s: float = FLUSH_S) -> None:
+                 flush_s: float = FLUSH_S, clock=time.monotonic, sleep=time.sleep) -> None:
         self.listen, self.to = listen, to
+        # The hand-over's deadline at close, and its server's timers, on one clock a
+        # test can step.
+        self._clock, self._sleep = clock, sleep
         self.flush_s = flush_s
         self.held: dict[int, list] = {}  # rank -> events not yet forwarded
         self.held_events = 0
@@ -42,7 +45,7 @@ class Relay:
         self._stop = threading.Event()
         ident = f"relay-{socket.gethostname()}-{id(self):x}".encode()
         self.client = Client(to, identity=ident, token=token, window=WINDOW)
-        self.server = Server(listen, self._on_batch, self._on_error, token=listen_token)
+        self.server = Server(listen, self._on_batch, self._on_error, token=listen_token, clock=clock)
         self.addr = self.server.addr
         self._thread = threading.Thread(target=self._run, name="commviz-relay", daemon=True)
 
@@ -119,10 +122,10 @@ class Relay:
         self._stop.set()
         self._thread.join(2)
         self.server.close()
-        end = time.monotonic() + hand_over_s
+        end = self._clock() + hand_over_s
         self.flush()
-        while self.held_events and time.monotonic() < end:
-            time.sleep(0.005)
+        while self.held_events and self._clock() < end:
+            self._sleep(0.005)
             self.flush()
         self.dropped += self.held_events
         self.client.close()

@@ -140,8 +140,15 @@ class Server:
         queue_bytes: int = QUEUE_BYTES,
         max_connections: int = MAX_CONNECTIONS,
         decode: Callable[[bytes], Batch] = decode_batch,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], object] | None = None,
     ) -> None:
         kind, rest = parse(addr)
+        # What the reader's timers (flood rate, idle peers, describing a peer once a
+        # second, the full inbox's pause) read and wait on, so a test steps time
+        # instead of outlasting it. The pause waits on the stop event unless told
+        # otherwise, so close() ends it at once.
+        self._clock = clock
         self.addr = addr
         self.on_error = on_error
         self.frames = 0  # valid frames handed to the model
@@ -182,6 +189,7 @@ class Server:
         if kind == "tcp" and rest.endswith(":0"):
             self.addr = self._sock.getsockopt(zmq.LAST_ENDPOINT).decode()
         self._stop = threading.Event()
+        self._sleep = sleep if sleep is not None else self._stop.wait
         self.thread = threading.Thread(target=self._run, name="commviz-server", daemon=True)
 
     def _bind(self, addr: str, token: str | None) -> zmq.Socket:
@@ -257,22 +265,23 @@ class Server:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
+        clock = self._clock
         dirty = False  # something was turned away since memory was last handed back
         read_at = 0.0  # when the socket was last read
         while not self._stop.is_set():
             try:
-                wait = FULL_PAUSE_S - (time.monotonic() - read_at) if self._inbox.full() else 0.0
+                wait = FULL_PAUSE_S - (clock() - read_at) if self._inbox.full() else 0.0
                 if wait > 0:  # not woken per frame the model takes: that cost a syscall or two each
                     self.paused += 1
                     if self._acks:
                         self._send_acks()
-                    self._stop.wait(wait)
+                    self._sleep(wait)
                     continue
                 ready = dict(poller.poll(100))
                 if self._wake_r in ready:
                     self._woken()
                 if self._sock in ready:
-                    read_at = time.monotonic()
+                    read_at = clock()
                     dirty |= self._drain()
                 if self._acks:
                     self._send_acks()
@@ -290,7 +299,7 @@ class Server:
         """Read up to ROUND messages (reader.py: in C where it was built). The hot path
         for a bad frame is a byte compare and a count: no lock, no message unless it
         is described. True when a frame was turned away."""
-        now = time.monotonic()
+        now = self._clock()
         # Bad frames from a peer described less than a second ago are only counted,
         # here, inline: the common case under a flood, and no call is cheaper.
         bad, said, quiet_s = self.rejected.by_peer, self.rejected.said, self.rejected.say_every_s

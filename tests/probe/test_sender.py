@@ -14,7 +14,7 @@ from commviz.probe.health import Health
 from commviz.events import END, START
 from commviz.probe.sender import Sender
 from commviz.transport.credit import Window
-from tests.helpers import hello
+from tests.helpers import FakeClock, hello
 
 
 class FakeClient:
@@ -78,9 +78,12 @@ class FakeClient:
         pass
 
 
-def make_sender(tmp_path=None):
+def make_sender(tmp_path=None, clock=None):
+    """On a stopped clock (one the test may step): a flush emits counters once, and the
+    exit's waits for ops still in flight and for a watcher run their course at once."""
     q = collections.deque()
-    s = Sender(0, hello(0), None, str(tmp_path) if tmp_path else None, Health(), q)
+    clock = clock or FakeClock()
+    s = Sender(0, hello(0), None, str(tmp_path) if tmp_path else None, Health(), q, clock=clock, sleep=clock.sleep)
     s.client = FakeClient()
     s.resync_every_s = 0  # every flush asks the (fake) socket; the pause has its own test
     return s, q
@@ -113,14 +116,12 @@ def test_late_watcher_gets_resync_then_the_whole_backlog_in_order():
     assert s.health.dropped == 0
 
 
-def test_with_no_watcher_the_socket_is_asked_again_only_after_a_pause_and_at_once_at_exit():
+def test_with_no_watcher_the_socket_is_asked_again_only_after_a_pause_and_at_once_at_exit(clock):
     """A flush that found nobody listening, with no frame of its own out, leaves the
     socket alone for resync_every_s (asking costs a few µs a flush; zmq retries the
     connection only every 0.1-0.5 s anyway); then the watcher gets its resync and the
     backlog in order, nothing lost. At exit it is asked at once."""
-    import time
-
-    s, q = make_sender()
+    s, q = make_sender(clock=clock)
     s.resync_every_s = 0.3
     polls = []
     poll = s.client.poll
@@ -134,13 +135,13 @@ def test_with_no_watcher_the_socket_is_asked_again_only_after_a_pause_and_at_onc
     q.append((END, 1, 20, "", -1, -1))
     s.flush()
     assert len(polls) == 1 and s.client.frames == []  # not asked again yet
-    time.sleep(0.35)
+    clock.tick(0.3)
     s.flush()
     assert len(polls) == 2 and [e for e in events(s.client) if e[0] != "Counters"][:1] == [("Hello", None)]
     assert [e for e in events(s.client) if e[0] in ("OpStart", "OpEnd")] == [
         ("OpStart", 0), ("OpEnd", 0), ("OpStart", 1), ("OpEnd", 1)]
 
-    s2, q2 = make_sender()
+    s2, q2 = make_sender(clock=clock)
     s2.resync_every_s = 60
     s2.flush()  # nobody: not asked again for a minute
     s2.client.up = True
@@ -491,6 +492,27 @@ def test_a_rank_that_starts_no_op_for_a_while_sends_its_threads_stacks_then_less
     assert len(taken) == 2
     s._capture_if_quiet(114.6)
     assert len(taken) == 3
+
+
+def test_an_op_in_flight_past_the_threshold_has_its_callers_stack_taken_once(clock):
+    """What a hang diagnosis shows as the line at fault: taken when the op has been in
+    flight for the stack threshold, not before, and once however long it stays."""
+    s, q = make_sender(clock=clock)
+    s.stack_after_ns = int(3e9)
+    taken = []
+    s.on_long_op = lambda op_id: taken.append(op_id)
+    start(q, 1, t=int(clock() * 1e9))
+    start(q, 2, t=int((clock() + 1.0) * 1e9))
+    s.flush()
+    clock.tick(2.5)
+    s._capture_long_ops()
+    assert taken == []
+    clock.tick(0.5)  # op 1: 3 s in flight
+    s._capture_long_ops()
+    assert taken == [1]
+    clock.tick(60.0)
+    s._capture_long_ops()
+    assert taken == [1, 2]
 
 
 def test_quiet_stacks_are_every_thread_but_commvizs_main_first():

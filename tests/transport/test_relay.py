@@ -3,6 +3,8 @@ arrives, exactly once, through the token-guarded TCP listener."""
 
 import time
 
+import pytest
+
 from commviz.events import Goodbye, encode_batch
 from commviz.transport.client import Client
 from commviz.transport.relay import Relay
@@ -71,3 +73,22 @@ def test_a_relay_without_the_token_is_refused(tmp_path):
         c.close()
         relay.close()
         central.close()
+
+
+def test_a_relay_whose_watcher_is_down_gives_up_at_close_after_its_hand_over_and_counts_the_rest(tmp_path, clock):
+    """Ranks on a node never wait for the centre, nor does the relay's exit: what it
+    could not forward within `hand_over_s` is dropped and counted."""
+    d = tmp_path / "n"
+    d.mkdir(mode=0o700)
+    relay = Relay(f"ipc://{d}/r.sock", f"tcp://127.0.0.1:{free_port()}", clock=clock, sleep=clock.sleep).start()
+    c = Client(relay.addr, identity=b"rank0")
+    try:
+        evs = [hello(0), group(ranks=(0,)), *op(0, 1000, 2000)]
+        assert wait_for(lambda: c.send(encode_batch(0, evs)))
+        assert wait_for(lambda: relay.held_events == len(evs))  # held: nobody to forward to
+    finally:
+        c.close()
+        t0 = clock()
+        relay.close(hand_over_s=2.0)
+    assert clock() - t0 == pytest.approx(2.0, abs=0.01)  # tried until then
+    assert relay.dropped == len(evs) and relay.forwarded == 0

@@ -11,12 +11,12 @@ from commviz.events import encode_batch
 from commviz.transport.address import AddressError, check_private_dir, is_loopback, parse
 from commviz.transport.client import Client
 from commviz.transport.server import Server
-from tests.helpers import hello, op, settled, wait_for
+from tests.helpers import Handshakes, hello, op, settled, wait_for
 
 
-def make_server(addr):
+def make_server(addr, **kw):
     got, errors = [], []
-    s = Server(addr, lambda b, raw: got.append(b), lambda peer, msg: errors.append((peer, msg))).start()
+    s = Server(addr, lambda b, raw: got.append(b), lambda peer, msg: errors.append((peer, msg)), **kw).start()
     return s, got, errors
 
 
@@ -122,32 +122,11 @@ def test_tcp_port_zero_reports_the_real_port():
         server.close()
 
 
-class FakeTime:
-    """The server's clock, stopped: a test says when a second has passed."""
-
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def __getattr__(self, name):  # the rest of the time module, as it is
-        return getattr(time, name)
-
-
-@pytest.fixture
-def server_clock(monkeypatch):
-    import commviz.transport.server as srv
-
-    clock = FakeTime()
-    monkeypatch.setattr(srv, "time", clock)
-    return clock
-
-
-def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir, server_clock):
+def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir, clock):
     addr = f"ipc://{sockdir}/w.sock"
     got, errors = [], []
-    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: errors.append((p, m)), flood_frames_per_s=50).start()
+    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: errors.append((p, m)), flood_frames_per_s=50,
+                    clock=clock).start()
     try:
         flood = Client(addr, identity=b"flood")
         calm = Client(addr, identity=b"calm")
@@ -160,7 +139,7 @@ def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir, server_c
         assert wait_for(lambda: 1 in got)  # the others are heard
         said = [m for p, m in errors if p == "flood"]
         assert len(said) == 1 and said[0].startswith("over 50 frames/s")  # said once
-        server_clock.t += 1.0  # a new second: the flooding peer is heard again
+        clock.tick(1.0)  # a new second: the flooding peer is heard again
         assert flood.send(encode_batch(7, []))
         assert wait_for(lambda: got.count(7) == 51)
         flood.close()
@@ -169,11 +148,11 @@ def test_a_flooding_peer_is_ignored_without_hurting_the_others(sockdir, server_c
         server.close()
 
 
-def two_peers_talking(sockdir, n_clients: int):
+def two_peers_talking(sockdir, n_clients: int, clock=time.monotonic):
     """A server capped at 2 peers, `n_clients` clients, the first two heard from."""
     addr = f"ipc://{sockdir}/w.sock"
     got = []
-    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: None, max_peers=2).start()
+    server = Server(addr, lambda b, r: got.append(b.rank), lambda p, m: None, max_peers=2, clock=clock).start()
     clients = [Client(addr, identity=f"rank{i}".encode()) for i in range(n_clients)]
     for i, c in enumerate(clients[:2]):
         assert wait_for(lambda c=c, i=i: c.send(encode_batch(i, [hello(i)])))
@@ -181,13 +160,13 @@ def two_peers_talking(sockdir, n_clients: int):
     return server, got, clients
 
 
-def test_peers_silent_for_a_minute_are_forgotten_and_make_room(sockdir, server_clock):
-    server, got, clients = two_peers_talking(sockdir, 3)
+def test_peers_silent_for_a_minute_are_forgotten_and_make_room(sockdir, clock):
+    server, got, clients = two_peers_talking(sockdir, 3, clock)
     try:
-        server_clock.t += 59.0  # silent for 59 s: still remembered, the newcomer is refused
+        clock.tick(59.0)  # silent for 59 s: still remembered, the newcomer is refused
         assert wait_for(lambda: clients[2].send(encode_batch(2, [hello(2)])))
         assert wait_for(lambda: server.refused == 1)
-        server_clock.t += 2.0  # 61 s: forgotten, room for the newcomer
+        clock.tick(2.0)  # 61 s: forgotten, room for the newcomer
         assert clients[2].send(encode_batch(2, [hello(2)]))
         assert wait_for(lambda: got.count(2) == 1)
         assert server.refused == 1 and b"rank2" in server.peers and b"rank0" not in server.peers
@@ -212,27 +191,30 @@ def test_peers_beyond_the_cap_are_ignored_and_the_first_ones_keep_working(sockdi
         server.close()
 
 
-def test_bad_frames_are_counted_each_and_described_once_per_peer_per_second(sockdir):
+def test_bad_frames_are_counted_each_and_described_once_per_peer_per_second(sockdir, clock):
     addr = f"ipc://{sockdir}/w.sock"
-    server, got, errors = make_server(addr)
+    server, got, errors = make_server(addr, clock=clock)
     try:
         raw = zmq.Context.instance().socket(zmq.DEALER)
         raw.setsockopt(zmq.IDENTITY, b"noisy")
+        connections = Handshakes(raw)
         raw.connect(addr)
         for i in range(2000):
             raw.send(bytes([i % 256]) * 64)
         assert wait_for(lambda: server.bad_frames > 0)
         # described once, and its connection closed then (what was in flight on it is
-        # gone with it); every frame that arrived is counted
+        # gone with it; zmq connects it again); every frame that arrived is counted
+        assert wait_for(lambda: connections() >= 2)
         assert wait_for(lambda: settled(lambda: server.bad_frames))
         n = server.bad_frames
         assert 1 <= n <= 2000 and server.conns.evicted == 1
         assert len(errors) == 1 and errors[0][0] == "noisy"
-        time.sleep(1.1)
-        raw.send(b"\x93\x01\x00\x91\xc0")  # shaped like a batch, wrong inside; zmq reconnected
+        clock.tick(1.0)  # a second on: the next bad frame is described again
+        raw.send(b"\x93\x01\x00\x91\xc0")  # shaped like a batch, wrong inside
         assert wait_for(lambda: len(errors) == 2)
         assert f"{n + 1} bad frames from it" in errors[1][1]
         assert server.rejected.top() == [("noisy", n + 1)]
+        connections.close()
         raw.close(0)
     finally:
         server.close()
@@ -295,7 +277,7 @@ def test_frames_the_full_inbox_cannot_take_are_shed_without_being_decoded(sockdi
         server.close()
 
 
-def test_while_the_inbox_is_full_frames_wait_at_their_sender_instead_of_being_read_to_be_shed(sockdir, monkeypatch):
+def test_while_the_inbox_is_full_frames_wait_at_their_sender_instead_of_being_read_to_be_shed(sockdir, clock):
     """Behind a flood two frames in three read were shed: each cost zmq's thread and
     the reader a read for nothing. While the model has no room the socket is read
     only every FULL_PAUSE_S, so the flood waits in zmq or is refused at its senders
@@ -303,28 +285,29 @@ def test_while_the_inbox_is_full_frames_wait_at_their_sender_instead_of_being_re
     or shed and counted, as before."""
     import threading
 
-    from commviz.transport import server as server_mod
+    from commviz.transport.server import FULL_PAUSE_S
 
-    # long pauses: what zmq refills between two reads does not depend on the pause
-    monkeypatch.setattr(server_mod, "FULL_PAUSE_S", 0.2)
     addr = f"ipc://{sockdir}/w.sock"
     gate = threading.Event()
-    server = Server(addr, lambda b, r: gate.wait(10), lambda p, m: None, queue_bytes=2000).start()
+    # the reader looks at the stopped clock every millisecond instead of pausing: only
+    # the test's ticks let it read again
+    server = Server(addr, lambda b, r: gate.wait(10), lambda p, m: None, queue_bytes=2000,
+                    clock=clock, sleep=lambda s: time.sleep(0.001)).start()
     try:
         c = Client(addr, identity=b"rank3-pid9")
         frame = encode_batch(3, [ev for i in range(400) for ev in op(i, 1000 * i, 1000 * i + 500, seq=i)])  # ~20 KB
-        assert wait_for(lambda: c.send(frame))  # taken by the (stuck) model
-        sent, offered, t_end = 1, 1, time.monotonic() + 6 * server_mod.FULL_PAUSE_S
-        while time.monotonic() < t_end:  # flat out, as a peer ignoring its credit window
-            sent += c.send(frame)
-            offered += 1
-            time.sleep(0.0005)
-        read = server.frames + server.shed_frames
-        assert read < offered / 5, (read, sent, offered)  # read as they came, all would have been
-        assert server.paused > 0
-        monkeypatch.setattr(server_mod, "FULL_PAUSE_S", 0.01)  # (this inbox is "full" whenever a frame waits)
+        assert wait_for(lambda: c.send(frame))
+        assert wait_for(lambda: server.frames == 1 and server.paused > 0)  # taken by the (stuck) model: full
+        sent = 1
+        while c.send(frame):  # flat out, as a peer ignoring its credit window
+            sent += 1
+            assert sent < 100_000, "never refused: the flood was read as it came"
+        assert server.frames + server.shed_frames == 1  # refused at the sender, not one frame read meanwhile
+        clock.tick(FULL_PAUSE_S * 1.01)  # a hair over: 100.05 - 100 rounds to just under 0.05
+        assert wait_for(lambda: server.frames + server.shed_frames > 1)  # a pause on, the socket is read again
         gate.set()
-        assert wait_for(lambda: server.frames + server.shed_frames == sent, timeout=30), \
+        # (this inbox is "full" whenever a frame waits: each round waits for the next pause)
+        assert wait_for(lambda: clock.tick(FULL_PAUSE_S) or server.frames + server.shed_frames == sent, timeout=30), \
             (server.frames, server.shed_frames, sent)
         c.close()
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from commviz.events import SCHEMA_VERSION, Batch, GroupDef, Hello, OpEnd, OpStart
+from tests.helpers import FakeClock  # noqa: F401  (the TUI's and the trace's tests take it from here)
 
 WALL0 = 1_700_000_000_000_000_000  # trace wall-clock origin (ns)
 MS = 1_000_000
@@ -47,14 +48,3 @@ def two_rank_trace(n_ops: int = 3, nbytes: int = 4096) -> list[Batch]:
         batches.append(Batch(SCHEMA_VERSION, rank, evs[:half]))
         batches.append(Batch(SCHEMA_VERSION, rank, evs[half:]))
     return batches
-
-
-class FakeClock:
-    def __init__(self, t: float = 100.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def tick(self, seconds: float) -> None:
-        self.t += seconds
