@@ -5,7 +5,7 @@ the wire and the box's other processes.
     python bench/ingest.py --ranks 64 --seconds 6 --record /tmp/flood.cvz
     python bench/flood_replay.py /tmp/flood.cvz [--shed] [--frames 1500]
 
-Frames are decoded into columns first (not timed), then handed to `Model.ingest_many`
+Frames are decoded into columns first (not timed), then handed to `Model.ingest`
 `--frames` at a time with the unsettled tail carried, as `LiveFeed._drain_locked`
 does; `--shed`: as a watcher shedding detail (from the second batch on, as a spell
 begins). Last line: events per CPU-second of the ingest.
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         events = EventStore.join([carry, *q] if len(carry) else q)
         if batches and a.shed:
             m.shed = True
-        done = m.ingest_many(events.rank, events, settle=not m.shed)
+        done = m.ingest(events.rank, events, settle=not m.shed)
         carry, done_total, batches = events[done:], done_total + done, batches + 1
     cpu = time.process_time() - c0
     print(f"{len(frames)} frames, {batches} batches{', shedding' if a.shed else ''}; "

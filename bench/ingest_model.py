@@ -7,7 +7,7 @@ model and the decoder cost from what zmq, the server and the GIL cost.
                                  [--decoder columns|objects] [--drop P] [--shed] [--keep-heap]
 
 Modes: `batches` queues decoded frames and hands them on as `watcher.LiveFeed` does
-(`Model.ingest_many`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
+(`Model.ingest`, `DRAIN_EVENTS` at a time, the unsettled tail carried to the
 next); `each` puts every event in on its own (`Model.ingest`); `decode` only decodes,
 each frame freed at once; `decode-kept` decodes and keeps `DRAIN_EVENTS` events alive,
 as the queue does. `--decoder columns` (the watcher's: `model.store.decode_frame`,
@@ -91,10 +91,10 @@ def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns"
             held += batch_len(b)
             if held >= DRAIN_EVENTS:
                 store = EventStore.join([carry, *queue])
-                done = m.ingest_many(store.rank, store, settle=not shed)  # as LiveFeed: no carry while shedding
+                done = m.ingest(store.rank, store, settle=not shed)  # as LiveFeed: no carry while shedding
                 queue, held, carry = [], 0, store[done:]
         store = EventStore.join([carry, *queue])
-        m.ingest_many(store.rank, store)
+        m.ingest(store.rank, store)
     else:
         ranks: list[int] = []
         events: list = []
@@ -103,9 +103,9 @@ def run(world: int, rounds: int, steps: int, mode: str, decoder: str = "columns"
             ranks += [b.rank] * len(b.events)
             events += b.events
             if len(events) >= DRAIN_EVENTS:
-                done = m.ingest_many(ranks, events, settle=True)
+                done = m.ingest(ranks, events, settle=True)
                 ranks, events = ranks[done:], events[done:]
-        m.ingest_many(ranks, events)
+        m.ingest(ranks, events)
     cpu = time.process_time() - t0
     if mode in ("each", "batches"):
         assert m.events == n + 2 * world, (m.events, n)

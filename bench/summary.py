@@ -79,7 +79,7 @@ def sides(trace: str) -> str:
     reads, decodes and merges (`trace/readahead.py`), and this process, which scans
     first and then ingests."""
     from commviz.commands._trace import open_stream
-    from commviz.model import Model
+    from commviz.model import Model, traces
     from commviz.trace import readahead
 
     merge = readahead._child
@@ -95,7 +95,7 @@ def sides(trace: str) -> str:
     t0 = time.perf_counter()
     s = open_stream(trace, note=False)
     t1, c1 = time.perf_counter(), time.process_time()
-    Model(hang_after_s=1.0, flows=False).ingest_chunks(readahead.chunks(s))
+    traces.ingest_chunks(Model(hang_after_s=1.0, flows=False), readahead.chunks(s))
     return (f"  this process: first pass {t1 - t0:.2f} s; ingest {time.process_time() - c1:.2f} s CPU, "
             f"{time.perf_counter() - t1:.2f} s wall")
 

@@ -49,7 +49,7 @@ Two latency families: the summary's p50/p99 come from each (op, group)'s uniform
 reservoir (65,536 samples, `model/stats.py`), the figures `commviz summary` prints,
 which cannot be added up across collectors or relabelled rows; the histogram's
 buckets are counted on the ingest path (`OpStats.add`, which the batch path's
-`columns._fold_fast` calls too), one per timed instance, so they only grow. While
+`ledger.fold_fast` calls too), one per timed instance, so they only grow. While
 shedding, instances are folded in untimed (`commviz_ingest_shed_instances_total`)
 and neither family moves.
 

@@ -29,7 +29,7 @@ from commviz.view.feed import IngestCounts, ModelFeed, ViewQuery
 from commviz.view.snapshot import Fetched, Hosts
 
 LIVENESS_EVERY_S = 0.5
-# Frames wait in a queue and reach the model a batch at a time (`Model.ingest_many`):
+# Frames wait in a queue and reach the model a batch at a time (`Model.ingest`):
 # a collective is taken in bulk only when all its members' frames are in one batch.
 # The model is at most this far behind what has arrived...
 DRAIN_S = 0.25
@@ -127,7 +127,7 @@ class LiveFeed(ModelFeed):
         events = EventStore.join([self._carry, *queue] if len(self._carry) else queue)
         # (while shedding, an instance cut by the batch's edge is counted as it is:
         # nothing is gained by carrying the tail)
-        done = self.model.ingest_many(events.rank, events, settle=not (force or self.model.shed))
+        done = self.model.ingest(events.rank, events, settle=not (force or self.model.shed))
         self._carry = events[done:]
         if done < len(events):
             self._carried_at = self.clock()
@@ -182,7 +182,7 @@ class LiveFeed(ModelFeed):
             m = self.model
             if n and self.errors:
                 m.note_decode_error(self.errors[-1])
-            m.decode_errors = max(m.decode_errors + max(n - 1, 0), self.server.bad_frames)
+            m.note_decode_errors(max(m.decode_errors + max(n - 1, 0), self.server.bad_frames))
 
     def _watch_pids(self) -> None:
         """A rank on this host whose process is gone without a goodbye is dead."""

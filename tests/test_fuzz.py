@@ -54,7 +54,8 @@ def test_truncated_and_corrupted_frames_of_a_real_batch(cut, noise):
         except FrameError:
             continue
         m = Model()  # whatever decodes must be safe to feed the model
-        m.ingest_batch(b)
+        for ev in b.events:
+            m.ingest(b.rank, ev)
         m.summary()
         m.diagnoses()
 

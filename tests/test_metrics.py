@@ -218,7 +218,7 @@ def test_the_batch_path_counts_per_group_as_one_event_at_a_time():
     one, many = Model(flows=False), Model(flows=False)
     for r, ev in events:
         one.ingest(r, ev)
-    many.ingest_many([r for r, _ in events], [ev for _, ev in events])
+    many.ingest([r for r, _ in events], [ev for _, ev in events])
     for rank in range(4):
         assert many.ranks[rank].per_group == one.ranks[rank].per_group
         assert sum(c for c, _ in one.ranks[rank].per_group.values()) == one.ranks[rank].ops_done == 500

@@ -13,6 +13,7 @@ import time
 
 from commviz.commands.base import JSON_HELP, Command
 from commviz.errors import CommvizError
+from commviz.model import traces
 
 
 def add_arguments(p) -> None:
@@ -119,7 +120,7 @@ def observe(job, args):
 
         try:
             loaded = load_torch([Path(p) for p in dumps], job=job.key)
-            model.ingest_trace(loaded.batches)
+            traces.ingest_trace(model, loaded.batches)
             notes += loaded.notes + loaded.problems
         except TorchFileError as exc:
             notes.append(f"flight-recorder dumps not read: {exc}")

@@ -12,6 +12,7 @@ import os
 from commviz.commands._trace import add_path_arguments, open_stream
 from commviz.commands.base import JSON_HELP, Command
 from commviz.errors import CommvizError
+from commviz.model import traces
 
 
 def add_arguments(p) -> None:
@@ -47,7 +48,7 @@ def run(args, cmd: list[str]) -> int:
     model = Model(hang_after_s=args.hang_after, flows=False)  # the summary shows no flows
     chunks = readahead.chunks(loaded)
     try:
-        model.ingest_chunks(chunks, cut_off=loaded.truncated, snapshot=loaded.snapshot)
+        traces.ingest_chunks(model, chunks, cut_off=loaded.truncated, snapshot=loaded.snapshot)
     finally:  # the child's files stay open until the model is done with its last tail
         if isinstance(chunks, readahead.ChildMerge):
             chunks.close()

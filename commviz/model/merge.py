@@ -241,7 +241,7 @@ class _Pending:
 
 def order_stream_chunks(sources: list[StreamSource], first_offset: dict[int, int],
                         chunk: int = CHUNK) -> Iterator[Chunk]:
-    """`order_stream`'s order, handed on as `Chunk`s for `Model.ingest_chunk`, with
+    """`order_stream`'s order, handed on as `Chunk`s for `Model.ingest`, with
     the per-event work done in numpy: a frame whose every event carries a stamp and
     no new clock offset is stamped as a whole. Each chunk's `times` are its events'
     trace times, in its order."""

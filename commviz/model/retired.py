@@ -14,7 +14,7 @@ those at or below a floor are all counted and only the keys above a gap are held
 one by one, at most `MAX_ABOVE` per group (past that the oldest gaps are taken as
 counted: a member that late is counted for its rank only, and a key none of whose
 frames came is counted as if one had). The floor is also raised, as the spell goes
-on, to what every member has reached (`Model._raise_floors`), so keys whose every
+on, to what every member has reached (`ledger.raise_floors`), so keys whose every
 frame was lost do not hold it back.
 """
 

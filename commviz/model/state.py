@@ -7,84 +7,36 @@ rank's monotonic stamps plus the offset its hello announced.
 
 from __future__ import annotations
 
-import bisect
 import collections
-import contextlib
-import gc
-import itertools
-from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
 
-from commviz import ops as opcat
-from commviz.events import (
-    Audit,
-    Batch,
-    Counters,
-    Event,
-    Goodbye,
-    GroupDef,
-    Hello,
-    HostTopology,
-    Mark,
-    OpEnd,
-    OpStart,
-    NcclComm,
-    NcclOp,
-    Sample,
-    Stack,
-    Stopped,
-)
-from commviz.model import audit as audit_mod
-from commviz.model import columns, document
-from commviz.model import desync as desync_mod
-from commviz.model.merge import offset_ns, order_events
-from commviz.model.nccl import NcclTally
+from msgspec import Struct
+
+from commviz.events import GroupDef, OpEnd, OpStart
+from commviz.model import columns, document, ledger
 from commviz.model.retired import Retired
 from commviz.model.findings import Findings, diagnose
 from commviz.model.diagnosis import Diagnosis, Kind, RankStatus
-from commviz.model.flows import SHED_FLOW_SAMPLE, Traffic
-from commviz.model.stacks import StackStore
+from commviz.model.flows import Traffic
+from commviz.model.rank import PairedOp, RankState
 from commviz.model.stats import OpStats
 from commviz.model.seen import SeenIds
-from commviz.model.store import Chunk, EventStore
 from commviz.model.straggler import StragglerWatch
 from commviz.model.thresholds import Thresholds
-from commviz.model.track import MAX_PENDING, InFlight, Instance, P2PPair, Tracker
+from commviz.model.track import InFlight, Instance, Tracker
 
-# Completed collective instances kept for per-instance views; older ones only live on
-# in the aggregated statistics.
-RECENT_MARKS = 1000
-# Hosts whose GPU topology document is kept (one per host, sent by its local rank 0),
-# and the GPUs a document may list (a host has a handful; more is not a host's).
-MAX_HOST_TOPOLOGIES = 4096
-MAX_HOST_GPUS = 64
-# Desyncs found in instances that have since completed (they stay reported).
-DESYNC_HISTORY = 64
-# Pending instances are checked for staleness (a member's start was lost) once there
-# are this many, then whenever their number doubles; the check comes at every
-# SWEEP_EVERY-th event, a place that does not depend on how the events were batched,
-# so the batch path (model/columns.py) can stop there and sweep exactly as one event
-# at a time would, instead of going one at a time until the sweep has run.
-SWEEP_FIRST = 1024
-SWEEP_EVERY = 4096
+# (kept importable from here, where they were)
+device_time_ns = ledger.device_time_ns
+op_time_ns = ledger.op_time_ns
 
 # The diagnoses whose ranks wait for something that will not come (`OpenHang`).
 STUCK_KINDS = frozenset({Kind.HANG, Kind.P2P_DEADLOCK, Kind.DEAD_RANK})
 
-__all__ = ["InFlight", "Instance", "MetricsView", "Model", "OpTotals", "OpenHang", "RankCounts", "RankState", "RankStatus"]
+__all__ = ["InFlight", "Instance", "MetricsView", "Model", "OpTotals", "OpenHang", "PairedOp", "RankCounts", "RankState",
+           "RankStatus", "SeenIds"]
 
 
-@dataclass(frozen=True)
-class PairedOp:
-    """One op of one rank, start and end paired (end None: it never ended), on the
-    wall clock. Kept only by a model made with `keep_ops=True` (the in-memory export);
-    a streaming exporter takes the same fields from `Model(on_op=...)` instead."""
-
-    rank: int
-    start: OpStart
-    t0: int
-    end: OpEnd | None = None
-    t1: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,45 +103,13 @@ class MetricsView:
     groups: dict[str, tuple[str, int]]  # group -> (its name, its size) as announced
 
 
-@dataclass
-class RankState:
-    rank: int
-    hello: Hello | None = None
-    offset_ns: int = 0
-    status: RankStatus = RankStatus.OK  # what its events say: ok, or gone (dead | exited)
-    inflight: dict[int, InFlight] = field(default_factory=dict)
-    # Ids of the ops it started: a start resent after a reconnect (or arriving in
-    # the same flush as the resync) is recognised and not counted twice.
-    seen_ids: SeenIds = field(default_factory=SeenIds)
-    ops_done: int = 0
-    bytes_done: int = 0
-    per_op: dict[str, list[int]] = field(default_factory=dict)  # op -> [count, bytes]
-    per_group: dict[tuple[str, str], list[int]] = field(default_factory=dict)  # (op, group) -> [count, bytes]
-    last_seen: int = 0  # wall ns of the newest event
-    last_op: str = ""
-    last_op_end: int = 0
-    dropped: int = 0
-    behind: int = -1  # its probe's Counters.behind as last told (-1: not yet)
-    internal_errors: int = 0
-    trace_errors: int = 0
-    gone_reason: str = ""
-    gone_t: int = 0  # wall ns of its last sign of life once gone (goodbye, last event)
-    sample: dict[str, float] = field(default_factory=dict)
-    last_start: OpStart | None = None  # the start of the op that ended last
-    seqs: dict[str, int] = field(default_factory=dict)  # group -> highest collective seq started
-    stacks: StackStore = field(default_factory=StackStore)
-    stopped: Stopped | None = None  # the watcher stopped the job while this rank ran
-    windows: audit_mod.Windows = field(default_factory=audit_mod.Windows)  # recent events, for the audit
-    audit: dict | None = None  # against torch's flight recorder (model/audit.py)
-    nccl: NcclTally | None = None  # what NCCL itself says it ran (model/nccl.py), once it says anything
-
-    @property
-    def gone(self) -> bool:
-        return self.status.gone
 
 
 class Model:
     """Fed events (`ingest`) and asked questions (`summary`, `diagnoses`, `rank_rows`).
+
+    It holds the state; what an event changes in it is written in one place,
+    `model/ledger.py`, for one event and for a batch alike.
 
     `hang_after_s` is the hang threshold; `thresholds`, when given, sets every knob of
     the diagnoses (its `hang_after_s` wins over the argument). `keep_ops` keeps every
@@ -214,14 +134,11 @@ class Model:
         self.flows = flows
         # Set by a watcher that has fallen behind (model/overload.py) through `shed`:
         # per-event detail is shed, counts and bytes stay exact.
-        self._shed = False
+        self.shedding = False
         self.shed_ops = 0
         # Events the probes left out because this watcher was not taking them
         # (Counters.behind), summed over ranks; never reset, so it only ever rises.
         self.behind_events = 0
-        # While `columns.ingest_events` runs a batch: where the order-dependent effects
-        # of its per-event ends go (applied after the batch, in order).
-        self._deferred = None
         self.reset()
         self.decode_errors = 0
         self.last_decode_error = ""
@@ -238,7 +155,7 @@ class Model:
         self.pending: dict[tuple[str, int], Instance] = self.tracker.pending
         self.stragglers = StragglerWatch(self.thresholds.straggler_window)
         self.desync_history: collections.OrderedDict[tuple, Diagnosis] = collections.OrderedDict()
-        self._sweep_at = SWEEP_FIRST
+        self.sweep_at = ledger.SWEEP_FIRST  # open instances at which the next check sweeps
         self.sweeps = 0  # sweeps of stale instances run so far
         # group -> the collective instances counted while shedding (model/retired.py):
         # empty until the first spell, consulted from then on
@@ -265,52 +182,11 @@ class Model:
         counted once their members present have left (model/retired.py), untimed, with
         flows estimated from a sample (`flows.SHED_FLOW_SAMPLE`) and no straggler or
         desync checks; ranks' counts and bytes stay exact."""
-        return self._shed
+        return self.shedding
 
     @shed.setter
     def shed(self, on: bool) -> None:
-        if on and not self._shed:
-            self._raise_floors(self.groups)
-        if self._shed and not on:
-            self.traffic.flush_sample()  # the spell's estimate goes in before exact flows resume
-        self._shed = bool(on)
-
-    def _retired_of(self, group: str) -> Retired:
-        rt = self.retired.get(group)
-        if rt is None:
-            rt = self.retired[group] = Retired()
-        return rt
-
-    def _raise_floors(self, groups) -> None:
-        """Each group's instances at or below the lowest one still open and the lowest
-        seq every member has reached are folded already (or every member's frame of
-        them was lost): the counted keys go on from above them. Asked when a spell
-        begins, after each batch and each sweep during it, so a key whose every frame
-        was lost does not hold the floor back."""
-        low: dict[str, int] = {}
-        for g, seq in self.pending:
-            if seq <= low.get(g, seq):
-                low[g] = seq
-        for gid in groups:
-            g = self.groups.get(gid)
-            if g is None:
-                continue
-            reached = min((self.ranks[m].seqs.get(gid, -1) if m in self.ranks else -1 for m in g.ranks), default=-1)
-            self._retired_of(gid).raise_floor(min(reached, low[gid] - 1) if gid in low else reached)
-
-    def count_idle_pending(self) -> int:
-        """While shedding: count every open instance nobody is inside (each member
-        present has left), as a batch counts a holed one where its last member present
-        leaves. Left open, the per-event path holds one until every member has come,
-        and a batch whose instances are held open cannot go in bulk: behind producers
-        that lose most of their frames, every later batch then went one event at a
-        time, each leaving more open (bench/ingest.py flat out: ~85k events/s)."""
-        idle = [inst for inst in self.pending.values() if inst.starts.keys() <= inst.ended]
-        for inst in idle:
-            self._fold(inst, completed=False)
-        if idle:
-            self._raise_floors({inst.group for inst in idle})
-        return len(idle)
+        ledger.set_shed(self, on)
 
     def counted(self, group: str, seq: int) -> bool:
         """A collective instance counted while shedding and no longer open: a member
@@ -318,193 +194,43 @@ class Model:
         rt = self.retired.get(group)
         return rt is not None and seq in rt and (group, seq) not in self.pending
 
-    def retire_many(self, seqs_by_group: dict) -> None:
-        """The batch path folded these instances (group -> their seqs) while shedding."""
-        for group, seqs in seqs_by_group.items():
-            self._retired_of(group).add_many(seqs)
-        self._raise_floors(seqs_by_group)
-
-    # ------------------------------------------------------------------ ingest
-
-    def note_decode_error(self, message: str) -> None:
-        self.decode_errors += 1
-        self.last_decode_error = message
-
-    def ingest_batch(self, batch: Batch) -> None:
-        for ev in batch.events:
-            self.ingest(batch.rank, ev)
-
-    # The batch path's interface (model/columns.py): what it may ask and set of the
-    # per-event path's state, and nothing else.
-
-    @property
-    def deferring(self) -> bool:
-        """A batch is replaying its slow events: their order-dependent effects are
-        being collected (`deferral`), not applied."""
-        return self._deferred is not None
-
-    @contextlib.contextmanager
-    def deferral(self, d):
-        """While open, ends and traffic go to `d` (a columns.Deferred), to be applied
-        after the batch in event order."""
-        self._deferred = d
-        try:
-            yield d
-        finally:
-            self._deferred = None
-
     def sweep_room(self) -> int:
         """Instances that may still open before the model sweeps the stale ones."""
-        return self._sweep_at - len(self.pending)
+        return self.sweep_at - len(self.pending)
 
     def sweep_checks(self, n: int) -> range:
         """The positions among the next `n` events after which the model checks
         whether to sweep its stale instances (`sweep_if_due`)."""
-        return range(SWEEP_EVERY - self.events % SWEEP_EVERY - 1, n, SWEEP_EVERY)
+        return range(ledger.SWEEP_EVERY - self.events % ledger.SWEEP_EVERY - 1, n, ledger.SWEEP_EVERY)
 
-    def sweep_if_due(self) -> None:
-        """The check one event at a time makes after every SWEEP_EVERY-th event; the
-        batch path calls it where it stops at one. Twice at one place is once: a
-        sweep leaves fewer instances pending than its new mark."""
-        if not self.events % SWEEP_EVERY and len(self.pending) > self._sweep_at:
-            self._sweep()
+    # ------------------------------------------------------------------ ingest
 
-    def ingest_many(self, ranks: Sequence[int], events: Sequence[Event], settle: bool = False) -> int:
-        """`ingest(ranks[i], events[i])` for each i in order, a batch at a time
-        (`model/columns.py`): the same state, far less time per event (while shedding,
-        the same counts: see `columns`). `settle`: see `columns.ingest_events`; returns
-        how many were ingested."""
+    def note_decode_error(self, message: str) -> None:
+        """A frame or record that could not be read (`message` says which and why)."""
+        ledger.note_decode_error(self, message)
+
+    def note_decode_errors(self, at_least: int) -> None:
+        """The wire's own count of frames it could not read: the model's count is at least that."""
+        ledger.note_decode_errors(self, at_least)
+
+    def ingest(self, ranks, events=None, settle: bool = False) -> int:
+        """The one way events go in, three shapes of one thing; returns how many went in.
+
+        - `ingest(rank, event)`: one event;
+        - `ingest(ranks, events)`: `events[i]` from `ranks[i]`, in order, a batch at a
+          time (`model/columns.py`: the same state, far less time per event; while
+          shedding, the same counts). `settle`: a live source that will hand on more,
+          see `columns.ingest_events`;
+        - `ingest(chunk)`: a `store.Chunk`'s events, in its order, a batch at a time.
+
+        What each event changes is `model/ledger.py`'s; `end_of_trace` ends a trace."""
+        if events is None:
+            columns.ingest_chunk(self, ranks)
+            return len(ranks)
+        if isinstance(events, Struct):  # (every event is one)
+            ledger.ingest_one(self, ranks, events)
+            return 1
         return columns.ingest_events(self, ranks, events, settle)
-
-    def ingest(self, rank: int, ev: Event) -> None:
-        tp = type(ev)
-        if tp is OpEnd or tp is OpStart:  # nearly every event: the short way
-            self.events += 1
-            r = self.ranks.get(rank)
-            if r is None:
-                r = self._rank(rank)
-            tw = ev.t + r.offset_ns
-            if tw > r.last_seen:
-                r.last_seen = tw
-            if tw > self.last_t:
-                self.last_t = tw
-            if tp is OpEnd:
-                self._end(r, ev)
-            else:
-                self._start(r, ev)
-        else:
-            self._ingest_other(rank, ev)
-        if not self.events % SWEEP_EVERY and self._deferred is None and len(self.pending) > self._sweep_at:
-            self._sweep()
-
-    def _ingest_other(self, rank: int, ev: Event) -> None:
-        self.events += 1
-        if isinstance(ev, Hello):
-            self._hello(rank, ev)
-            return
-        r = self._rank(rank)
-        t = getattr(ev, "t", None)
-        if t is not None:
-            tw = t + r.offset_ns
-            if tw > r.last_seen and type(ev) is not Stopped:  # (the watcher's time, not a sign of the rank's life)
-                r.last_seen = tw
-            if tw > self.last_t:
-                self.last_t = tw
-        if isinstance(ev, OpStart):
-            self._start(r, ev)
-        elif isinstance(ev, OpEnd):
-            self._end(r, ev)
-        elif isinstance(ev, GroupDef):
-            self._group(ev)
-        elif isinstance(ev, Stack):
-            r.stacks.add(ev, ev.t + r.offset_ns)
-        elif isinstance(ev, Counters):
-            r.dropped = max(r.dropped, ev.dropped)
-            r.internal_errors = max(r.internal_errors, ev.internal_errors)
-            r.trace_errors = max(r.trace_errors, ev.trace_errors)
-            if r.behind < 0 or ev.behind < r.behind:
-                # the first this watcher hears of it, or a new process: what the probe
-                # left out before is another watcher's loss, not this one's
-                r.behind = ev.behind
-            elif ev.behind > r.behind:
-                self.behind_events += ev.behind - r.behind
-                r.behind = ev.behind
-        elif isinstance(ev, Sample):
-            r.sample.update(ev.values)
-        elif isinstance(ev, Mark):
-            self.marks.append((ev.t + r.offset_ns, rank, ev.text))
-            if self.on_mark is not None:
-                self.on_mark(ev.t + r.offset_ns, rank, ev.text)
-            if not self.keep_ops:
-                del self.marks[:-RECENT_MARKS]
-        elif isinstance(ev, Stopped):
-            if not r.gone:
-                r.stopped = ev
-        elif isinstance(ev, Audit):
-            inflight = [(f.start.group, f.start.t) for f in r.inflight.values()]
-            r.audit = audit_mod.compare(r.windows, inflight, r.hello, ev)
-        elif isinstance(ev, HostTopology):
-            self._host_topology(ev)
-        elif isinstance(ev, (NcclOp, NcclComm)):
-            if r.nccl is None:
-                r.nccl = NcclTally()
-            r.nccl.add(ev)
-        elif isinstance(ev, Goodbye):
-            r.dropped = max(r.dropped, ev.dropped)
-            r.status = RankStatus.EXITED
-            r.gone_reason = ev.reason
-            r.gone_t = ev.t + r.offset_ns
-
-    def ingest_trace(self, batches: list[Batch], cut_off: bool = False, snapshot: bool = False) -> None:
-        """A whole trace, in the one order every reader uses (`clock.order_events`),
-        then `end_of_trace`."""
-        self.ingest_ordered(order_events(batches), cut_off, snapshot)
-
-    def ingest_ordered(self, events: Iterable[tuple[int, int, Event]], cut_off: bool = False,
-                       snapshot: bool = False) -> None:
-        """A whole trace already in the one order (`clock.order_events`, or
-        `clock.order_stream` for a trace read in bounded memory), then `end_of_trace`."""
-        for _, rank, ev in events:
-            self.ingest(rank, ev)
-        self.end_of_trace(cut_off, snapshot)
-
-    def ingest_chunk(self, chunk: Chunk) -> None:
-        """Every event of a `Chunk`, in its order, a batch at a time."""
-        columns.ingest_chunk(self, chunk)
-
-    def ingest_chunks(self, chunks: Iterable[Chunk], cut_off: bool = False,
-                      snapshot: bool = False, after_chunk: Callable[[], None] | None = None) -> None:
-        """`ingest_ordered` for a trace handed on as `Chunk`s in the one order
-        (`clock.order_stream_chunks`), then `end_of_trace`. `after_chunk` is called
-        after each chunk (a streaming exporter writes out what it was handed)."""
-        # Decoding and merging allocate millions of short-lived, acyclic objects: the
-        # cyclic collector would walk everything alive again and again for nothing.
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            for chunk in self._tails_carried(chunks):
-                columns.ingest_chunk(self, chunk)
-                if after_chunk is not None:
-                    after_chunk()
-        finally:
-            if was:
-                gc.enable()
-        self.end_of_trace(cut_off, snapshot)
-
-    def _tails_carried(self, chunks: Iterable[Chunk]) -> Iterator[Chunk]:
-        """`chunks`, each cut where the fewest collectives are half-way among its last
-        events (`columns.tail_cut`, with the groups the chunks before it made known):
-        the rest goes in with the next chunk, the last rest at the end."""
-        carry = None
-        for chunk in chunks:
-            if carry is not None:
-                chunk, carry = Chunk.joined(carry, chunk), None
-            cut = columns.tail_cut(chunk, self.groups) if type(chunk.store) is EventStore else len(chunk)
-            if cut < len(chunk):
-                chunk, carry = chunk.part(0, cut), chunk.part(cut, len(chunk))
-            yield chunk
-        if carry is not None:
-            yield carry
 
     def end_of_trace(self, cut_off: bool = False, snapshot: bool = False) -> None:
         """The trace is over: a rank that did not say goodbye did not exit cleanly
@@ -516,205 +242,6 @@ class Model:
         for rank, r in self.ranks.items():
             if not r.gone:
                 self.mark_gone(rank, why)
-
-    def _rank(self, rank: int) -> RankState:
-        r = self.ranks.get(rank)
-        if r is None:
-            r = self.ranks[rank] = RankState(rank)
-        return r
-
-    def _hello(self, rank: int, h: Hello) -> None:
-        if self.job and h.job != self.job and self.ranks and all(r.gone for r in self.ranks.values()):
-            # The previous job is over and a new one is saying hello: start afresh so
-            # a long-running watcher shows one job at a time.
-            self.reset()
-        r = self._rank(rank)
-        if r.hello is not None and r.hello.pid == h.pid:
-            self.duplicates += 1  # a reconnecting rank says hello again
-        elif r.hello is not None:
-            # Same rank number, new process (an elastic restart): fresh counters, and
-            # its old process's ops no longer take part in any instance or pair.
-            r = self.ranks[rank] = RankState(rank)
-            self.tracker.forget_rank(rank)
-            # its sequence numbers start again at 0, below what a spell of shedding
-            # counted: its groups' keys must open instances again
-            for gid, g in self.groups.items():
-                if rank in g.ranks:
-                    self.retired.pop(gid, None)
-        r.hello = h
-        r.offset_ns = offset_ns(h)
-        r.last_seen = max(r.last_seen, h.wall_ns)
-        if r.status is RankStatus.DEAD:
-            r.status = RankStatus.OK
-            r.gone_t = 0
-        self.job = self.job or h.job
-        self.world_size = max(self.world_size, h.world_size)
-        self.backend = self.backend or h.backend
-
-    def _group(self, g: GroupDef) -> None:
-        known = self.groups.get(g.group)
-        self.groups[g.group] = g
-        if known is not None and known.ranks == g.ranks:
-            return  # every member announces it, and again after each reconnect
-        # Instances every member has already left, seen before their group was
-        # known, are complete now.
-        members = len(g.ranks)
-        for key, inst in list(self.pending.items()):
-            if key[0] == g.group and members and len(inst.ended) >= members:
-                self._fold(inst)
-
-    def _host_topology(self, ev: HostTopology) -> None:
-        """Kept as sent: a resync sends the same document again, and a host past the
-        cap, or a document that is not a host's, is shown as one that sent nothing."""
-        docs = self.host_topologies
-        gpus = ev.document.get("gpus")
-        if not isinstance(gpus, list) or len(gpus) > MAX_HOST_GPUS or docs.get(ev.host) == ev.document:
-            return
-        if ev.host in docs or len(docs) < MAX_HOST_TOPOLOGIES:
-            docs[ev.host] = ev.document
-            self.topology_version += 1
-
-    def _start(self, r: RankState, s: OpStart) -> None:
-        if s.id in r.seen_ids:
-            self.duplicates += 1  # resent after a reconnect
-            return
-        r.seen_ids.add(s.id)
-        fl = r.inflight[s.id] = InFlight(s, s.t + r.offset_ns)
-        if _is_p2p(s.op):
-            self.tracker.post(r.rank, fl)
-        elif s.seq >= 0:
-            if not (self.retired and self.counted(s.group, s.seq)):
-                self.tracker.enter(r.rank, fl)
-            if s.seq > r.seqs.get(s.group, -1):
-                r.seqs[s.group] = s.seq
-
-    def _end(self, r: RankState, e: OpEnd) -> None:
-        fl = r.inflight.pop(e.id, None)
-        if fl is None:
-            self.orphan_ends += 1  # its start was dropped or predates this watcher
-            return
-        s = fl.start
-        nbytes = e.bytes if e.bytes >= 0 else s.bytes
-        end_wall = e.t + r.offset_ns
-        r.ops_done += 1
-        r.bytes_done += nbytes
-        c = r.per_op.setdefault(s.op, [0, 0])
-        c[0] += 1
-        c[1] += nbytes
-        c = r.per_group.setdefault((s.op, s.group), [0, 0])
-        c[0] += 1
-        c[1] += nbytes
-        deferred = self._deferred
-        if deferred is None:
-            r.windows.add(s.group, s.t, e.t)
-            r.last_op = s.op
-            r.last_op_end = end_wall
-            r.last_start = s
-        else:
-            deferred.end(r.rank, s, e.t, end_wall)
-        if self.keep_ops:
-            self.done_ops.append(PairedOp(r.rank, s, fl.t_wall, e, end_wall))
-        if self.on_op is not None:
-            self.on_op(r.rank, s, fl.t_wall, e, end_wall)
-        g = self.groups.get(s.group)
-        members = g.ranks if g is not None else None
-        p2p = _is_p2p(s.op)
-        if p2p or s.seq < 0:
-            peer = e.peer if e.peer >= 0 else s.peer
-            if self.flows:
-                self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
-                             dict(failed=bool(e.error), peer=peer, root=s.root, members=members))
-            self._stat(s.op, s.group).add(nbytes, None if self._shed else op_time_ns(e, s), bool(e.error))
-            pair = self.tracker.finish(r.rank, fl, end_wall, e.error) if p2p else None
-            if pair is not None and not self._shed:
-                self._note_p2p_desync(pair)
-            return
-        if self.retired and self.counted(s.group, s.seq):  # a late member of an instance counted while shedding
-            if self.flows:
-                self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
-                             dict(failed=bool(e.error), root=s.root, members=members, arrived=fl.t_wall))
-            return
-        inst = self.tracker.leave(r.rank, fl, end_wall, nbytes, e.error, device_time_ns(e))
-        if self.flows:
-            self._credit((r.rank, s.op, nbytes, fl.t_wall, end_wall),
-                         dict(failed=bool(e.error), root=s.root, members=members, arrived=inst.last_arrival))
-        if members and len(inst.ended) >= len(members):
-            self._fold(inst)
-
-    def _credit(self, args: tuple, kwargs: dict) -> None:
-        if self._shed:  # an estimate, as the batch path makes it: one end in k, weighing k
-            k = SHED_FLOW_SAMPLE
-            if not self.traffic.drawn_one():
-                return
-            rank, op, nbytes, t0, t1 = args
-            args, kwargs = (rank, op, nbytes * k, t0, t1), {**kwargs, "weight": float(k)}
-        if self._deferred is None:
-            self.traffic.op_end(*args, **kwargs)
-        else:
-            self._deferred.credit(args, kwargs)
-
-    def _fold(self, inst: Instance, completed: bool = True) -> None:
-        """Fold an instance every member has left (or one that can no longer complete)
-        into the statistics; keep what the diagnoses need from it."""
-        self.pending.pop((inst.group, inst.seq), None)
-        if inst.ended:
-            self._finish(inst)
-        if self._shed:
-            self.shed_ops += 1
-            self._retired_of(inst.group).add(inst.seq)
-            return
-        g = self.groups.get(inst.group)
-        members = list(g.ranks) if g is not None else sorted(inst.starts)
-        if completed:
-            self.stragglers.add(inst, members)
-        d = desync_mod.collective_desync(inst, members, self.gone_note, finished=True)
-        if d is not None:
-            self._remember_desync(("c", inst.group, inst.seq), d)
-
-    def _note_p2p_desync(self, pair: P2PPair) -> None:
-        d = desync_mod.p2p_desync(pair)
-        if d is not None:
-            self._remember_desync(("p", pair.group, pair.src, pair.dst, pair.seq), d)
-
-    def _remember_desync(self, key: tuple, d: Diagnosis) -> None:
-        self.desync_history[key] = d
-        while len(self.desync_history) > DESYNC_HISTORY:
-            self.desync_history.popitem(last=False)
-
-    def _sweep(self) -> None:
-        """Retire instances that can never complete because a member's start was lost
-        (dropped events, a watcher that came late): nobody is inside them and every
-        member that did not leave them has since started a later op in the group.
-
-        Behind a flood most instances are stale, so each is not asked of every member
-        (at 1,024 ranks that, for every pending instance, cost more than the ingest):
-        only the members not yet past its seq, found by bisection, must have left it."""
-        ranks = self.ranks
-        # group -> its members by the latest seq each has started (-1: none, or not a
-        # rank yet): those at or below an instance's seq must all have left it
-        behind: dict[str, tuple[list[int], list[int]]] = {}
-        for inst in list(self.pending.values()):
-            ended = inst.ended
-            if not inst.starts.keys() <= ended:
-                continue  # a rank is inside
-            b = behind.get(inst.group)
-            if b is None:
-                g = self.groups.get(inst.group)
-                if g is None:
-                    continue
-                by = sorted((ranks[m].seqs.get(inst.group, -1) if m in ranks else -1, m)
-                            for m in dict.fromkeys(g.ranks))  # a member named twice is one member
-                b = behind[inst.group] = ([q for q, _ in by], [m for _, m in by])
-            n = bisect.bisect_right(b[0], inst.seq)
-            if n <= len(ended) and all(m in ended for m in itertools.islice(b[1], n)):
-                self._fold(inst, completed=False)
-        while len(self.pending) > MAX_PENDING:
-            self.tracker.evicted_instances += 1
-            self._fold(next(iter(self.pending.values())), completed=False)
-        self._sweep_at = max(SWEEP_FIRST, 2 * len(self.pending))
-        self.sweeps += 1
-        if self._shed:
-            self._raise_floors(list(self.retired))
 
     def gone_note(self, rank: int) -> str | None:
         """How a rank's process ended, in words for messages; None while it runs."""
@@ -731,33 +258,11 @@ class Model:
             return f"its {why}"
         return f"its process ended ({why})"
 
-    def _finish(self, inst: Instance, into: dict | None = None) -> None:
-        stats = self.stats if into is None else into
-        st = stats.get((inst.op, inst.group))
-        if st is None:
-            st = stats[(inst.op, inst.group)] = OpStats()
-        # The instance's time is the shortest rank-side duration (device time where
-        # measured, `device_time_ns`): the last rank to arrive waits for nobody, so its
-        # time is the transfer itself.
-        dur = min(inst.durations.values()) if inst.durations else None
-        # Shedding detail (model/overload.py): counted and sized, not timed.
-        st.add(inst.bytes, None if self._shed else dur, error=inst.errors > 0 and dur is None)
-
-    def _stat(self, op: str, group: str) -> OpStats:
-        st = self.stats.get((op, group))
-        if st is None:
-            st = self.stats[(op, group)] = OpStats()
-        return st
-
     def mark_gone(self, rank: int, reason: str, t_ns: int | None = None) -> None:
         """The transport or the file says this rank's process is gone. `t_ns` (wall
         clock) is when it was last known alive; by default its newest event, which the
         probe's 1 s heartbeat keeps recent."""
-        r = self._rank(rank)
-        if r.status is not RankStatus.EXITED:
-            r.status = RankStatus.DEAD
-            r.gone_reason = r.stopped.text() if r.stopped is not None else reason
-            r.gone_t = r.last_seen if t_ns is None else t_ns
+        ledger.mark_gone(self, rank, reason, t_ns)
 
     # ----------------------------------------------------------------- answers
 
@@ -809,7 +314,7 @@ class Model:
             stats = {k: v.copy() for k, v in stats.items()}
             for inst in self.pending.values():
                 if inst.ended:  # an op counts once some rank has finished it
-                    self._finish(inst, into=stats)
+                    ledger.finish(self, inst, into=stats)
         return stats
 
     def op_rows(self) -> list[dict]:
@@ -886,33 +391,11 @@ class Model:
         return document.rank_rows(self, now, found)
 
 
-def device_time_ns(e: OpEnd) -> int | None:
-    """The duration an op's statistics use, where it is not the host's: its GPU time
-    where the probe measured one (CUDA events around the op on its stream: no queueing
-    behind earlier kernels, no poll latency); None for a captured op, which ran nothing
-    when it was issued (it runs at each graph replay), and for the first op on a
-    communicator, whose time is NCCL's setup: untimed; -1 otherwise, host time from the
-    call to the end the probe saw."""
-    if e.captured or e.first:
-        return None
-    return e.device_ns if e.device_ns >= 0 else -1
 
 
-def op_time_ns(e: OpEnd, s: OpStart) -> int | None:
-    """`device_time_ns`, with host time for -1."""
-    d = device_time_ns(e)
-    return e.t - s.t if d == -1 else d
 
 
-_P2P: dict[str, bool] = {}  # op name -> is it point-to-point (names come from the wire: capped)
 
 
-def _is_p2p(op: str) -> bool:
-    got = _P2P.get(op)
-    if got is None:
-        got = opcat.is_p2p(op)
-        if len(_P2P) < 4096:
-            _P2P[op] = got
-    return got
 
 

@@ -467,7 +467,7 @@ class Chunk:
     @classmethod
     def joined(cls, a: "Chunk", b: "Chunk") -> "Chunk":
         """`a`'s events, then `b`'s, as one chunk: the tail a trace's chunk was cut
-        at (its collectives still open, `Model.ingest_chunks`) put before the next.
+        at (its collectives still open, `traces.ingest_chunks`) put before the next.
         Both stores are EventStores; the new one refers to `a`'s frames, and makes
         none of them (a frame read again from the trace costs a read)."""
         sa, sb = a.store, b.store

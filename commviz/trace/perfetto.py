@@ -33,6 +33,7 @@ import bisect
 import json
 from typing import TextIO
 
+from commviz.model import traces
 from commviz.model.state import Model, PairedOp
 from commviz.trace.lanes import assign_lanes, take_lane
 
@@ -148,7 +149,7 @@ def _us(t_ns: int) -> float:
 class ChromeTraceWriter:
     """`to_chrome_trace`'s document written as the model is fed: hand `op` and `mark`
     to `Model(on_op=..., on_mark=...)`, call `flush(model)` after each chunk the model
-    takes (`Model.ingest_chunks(after_chunk=...)`) and `finish(model)` at the end. What
+    takes (`traces.ingest_chunks(Model, after_chunk=...)`) and `finish(model)` at the end. What
     it keeps: each track's lanes (when each is free), its tids, the ranks seen, the
     ops handed on since the last flush (a chunk's) and those it holds back (at most
     `HOLD_MAX` after a flush).
@@ -159,7 +160,7 @@ class ChromeTraceWriter:
     in flight (the model's in-flight table): the lanes are then `assign_lanes`'s, and
     the groups of a rank are numbered (`thread_sort_index`) in the order their first
     ops started, as in memory. Times are each op's on the wall clock, the order the
-    model is fed (`clock.order_stream`): by the same times, so no op still to come can
+    model is fed (`merge.order_stream`): by the same times, so no op still to come can
     start before one already out. Where that does not hold, the output still nests
     (an op goes on a lane only after everything on it has ended) but its lanes, or
     sort indexes, may not be the in-memory ones: when more than `HOLD_MAX` ops wait on
@@ -367,7 +368,7 @@ def export_stream(stream, path: str) -> ChromeTraceWriter:
         with open(path, "w") as f:
             w = ChromeTraceWriter(f, origin)
             model = Model(flows=False, on_op=w.op, on_mark=w.mark)
-            model.ingest_chunks(stream.chunks(EXPORT_CHUNK), cut_off=stream.truncated, snapshot=stream.snapshot,
+            traces.ingest_chunks(model, stream.chunks(EXPORT_CHUNK), cut_off=stream.truncated, snapshot=stream.snapshot,
                                 after_chunk=lambda: w.flush(model))
             w.finish(model)
         if w.origin_ok:

@@ -163,7 +163,7 @@ class ChildMerge:
                     raise body[0] if isinstance(body[0], Exception) else RuntimeError(body[1])
         finally:
             # At the end the files stay open: the model may still ask for frames of
-            # the last chunk's tail (`Model.ingest_chunks` carries it past the end).
+            # the last chunk's tail (`traces.ingest_chunks` carries it past the end).
             self.close(files=not ended)
 
     def _chunk(self, body: tuple) -> Chunk:
@@ -240,7 +240,7 @@ def _release(fds: list[int], mem: mmap.mmap | None) -> None:
 
 def _child(stream, mem: mmap.mmap, out, free) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it ends us
-    # As `Model.ingest_chunks` does around the merge in one process: decoding and merging
+    # As `traces.ingest_chunks` does around the merge in one process: decoding and merging
     # make millions of short-lived acyclic objects, which the cyclic collector would walk.
     gc.disable()
     try:

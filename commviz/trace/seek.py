@@ -6,7 +6,7 @@ million events, and a trace held whole does not fit in memory. So one pass over 
 whole trace runs beside the replay (`SeekIndex`: in a process of its own for a trace
 on disk, so that the dashboard keeps its core; on a thread for one already in
 memory). It feeds a model of its own, and every so often saves that model and where
-the merge stood (`clock.ChunkMergeState`) to a temporary file. A seek restores the latest
+the merge stood (`merge.ChunkMergeState`) to a temporary file. A seek restores the latest
 checkpoint before its target and reads on from there. The same pass finds what the
 timeline shows (the marks, where the trace's diagnoses began), the trace's exact end
 and how many events it has.
@@ -209,7 +209,7 @@ class Orphaned(Exception):
 def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Callable[[tuple], None],
                total_bytes: int = 0, space: tuple[int, int, int] | None = None,
                alive: Callable[[], bool] | None = None) -> None:
-    """One pass over `trace` in chunks (`clock.ChunkMerge`, `Model.ingest_chunk`: the
+    """One pass over `trace` in chunks (`merge.ChunkMerge`, `Model.ingest`: the
     speed of `commviz summary`), a model unpickled from `template` fed every event:
     ("checkpoint", Checkpoint, fraction, new marks) now and then, ("done", total, end,
     new marks, diagnosis ticks) at the end."""
@@ -224,7 +224,7 @@ def index_pass(trace, template: bytes, cut_off: bool, save_dir: str, send: Calla
     for chunk in merge:
         if alive is not None and not alive():
             raise Orphaned
-        model.ingest_chunk(chunk)
+        model.ingest(chunk)
         seen.saw_chunk(chunk)
         newest_op = last_op(chunk, n, newest_op)
         n += len(chunk)
@@ -422,7 +422,7 @@ def _child() -> None:
     save_dir = None
     try:
         stream, start, end, template, cut_off, save_dir, space = pickle.load(sys.stdin.buffer)
-        gc.disable()  # millions of short-lived acyclic objects: as `Model.ingest_chunks`
+        gc.disable()  # millions of short-lived acyclic objects: as `traces.ingest_chunks`
         index_pass(StreamTrace.known(stream, start, end), template, cut_off, save_dir, send, stream.total_bytes,
                    space, alive=lambda: os.getppid() == parent)
     except (BrokenPipeError, Orphaned):

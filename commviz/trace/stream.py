@@ -233,7 +233,7 @@ class TraceStream:
         return ChunkMerge.resume(state, self._frames(state.positions, count=False, columns=True))
 
     def chunks(self, chunk: int = CHUNK, mark: bool = False) -> Iterator:
-        """The same order as `events`, as `model.store.Chunk`s for `Model.ingest_chunks`,
+        """The same order as `events`, as `model.store.Chunk`s for `traces.ingest_chunks`,
         sorted `chunk` events at a time. `mark`: each frame read into columns knows
         where it lies (`files`, `ColFrame.at`), for `trace.readahead`."""
         return order_stream_chunks(self._sources(columns=True, mark=mark), self.first_offset, chunk)
@@ -325,7 +325,7 @@ class _FirstPass:
 
 
 def frame_counts(batches: list[Batch]) -> dict[int, int]:
-    """rank -> how many of `batches` are its (what `clock.StreamSource` is told)."""
+    """rank -> how many of `batches` are its (what `merge.StreamSource` is told)."""
     counts: dict[int, int] = {}
     for b in batches:
         counts[b.rank] = counts.get(b.rank, 0) + 1

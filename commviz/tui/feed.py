@@ -394,7 +394,7 @@ class ReplayFeed(ModelFeed):
 
     def _read_on(self, n_max: int | None, t_max: int | None) -> None:
         """Apply events up to the target: the merge's chunks that lie whole before it in
-        bulk, the rest many at a time (`Model.ingest_many`). While
+        bulk, the rest many at a time (`Model.ingest`). While
         the index is still being built, a seek by time that would read on for more
         than `SEEK_READ_S` (its target past what the index has reached) stops early, at
         a time no event is left half-applied, and says so in the status line."""
@@ -407,10 +407,10 @@ class ReplayFeed(ModelFeed):
         deadline = time.monotonic() + SEEK_READ_S if t_max is not None and indexing else None
         self._seek_note = ""
         if nxt is not None and hasattr(it, "take_chunks"):
-            it.unread()  # whole chunks first, in bulk (`Model.ingest_chunk`); the rest one by one
+            it.unread()  # whole chunks first, in bulk (`Model.ingest`); the rest one by one
             for part in it.take_chunks(t_max if t_max is not None else float("inf"),
                                        None if n_max is None else n_max - i):
-                self.model.ingest_chunk(part)
+                self.model.ingest(part)
                 last_op = seek.last_op(part, i, last_op)
                 i += len(part)
                 last_t = int(part.times[-1])
@@ -426,7 +426,7 @@ class ReplayFeed(ModelFeed):
             i += 1
             last_t = t
             if len(evs) >= 65_536:
-                self.model.ingest_many(ranks, evs)
+                self.model.ingest(ranks, evs)
                 ranks, evs = [], []
             nxt = next(it, None)
             if deadline is not None and not i & 4095 and time.monotonic() > deadline:
@@ -443,7 +443,7 @@ class ReplayFeed(ModelFeed):
                                        "seek again once it is done)")
                 break
         if evs:
-            self.model.ingest_many(ranks, evs)
+            self.model.ingest(ranks, evs)
         self._next, self._i, self._last_op, self._last_t = nxt, i, last_op, last_t
 
     def _take_one(self) -> None:

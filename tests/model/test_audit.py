@@ -118,7 +118,7 @@ def test_a_window_takes_a_batch_as_one_op_at_a_time_would_ring_turned_or_not():
     in place once the ring is full: what the window holds, in order, and the newest
     start pushed out are those of adding each op on its own, however the batches
     fall against the ring's turn (longer than the ring, or only its newest `size`
-    given with the newest start of the rest as `pushed`, as `columns._windows` does;
+    given with the newest start of the rest as `pushed`, as `ledger.windows_many` does;
     single adds in between)."""
     import random
 

@@ -1,4 +1,4 @@
-"""The batch path (`Model.ingest_many`, `model/columns.py`) leaves exactly the state
+"""The batch path (`Model.ingest`, `model/columns.py`) leaves exactly the state
 the per-event path leaves, on traces full of what makes it fall back: drops, resends,
 errors, desyncs, p2p, unknown groups, a restart, device times, stragglers."""
 
@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from commviz.events import Counters, Goodbye, GroupDef, Hello, Mark, OpEnd, OpStart, Sample, encode_batch
-from commviz.model import Model, audit, columns, store
+from commviz.model import Model, audit, columns, ledger, store
+from commviz.model import plan as plan_mod
 from commviz.model import flows as flows_mod
 from commviz.model.seen import SeenIds
 from tests.helpers import group, hello, op
@@ -162,7 +163,6 @@ MODEL_AS = {
     "desync_history": lambda d: [(k, v.message) for k, v in d.items()],
 }
 MODEL_LEFT_OUT = {
-    "_deferred": "a batch's scratch, None between calls",
     "thresholds": "what the caller made the model with",
     "keep_ops": "what the caller made the model with",
     "flows": "what the caller made the model with",
@@ -225,7 +225,7 @@ def _feed_in_batches(m: Model, trace: list, rng: random.Random) -> None:
     while i < len(trace):
         n = rng.choice([1, 7, 300, 900, 2500, 6000])
         part = trace[i:i + n]
-        m.ingest_many([r for r, _ in part], [ev for _, ev in part])
+        m.ingest([r for r, _ in part], [ev for _, ev in part])
         i += n
 
 
@@ -236,7 +236,7 @@ def small_batches(monkeypatch):
     monkeypatch.setattr(columns, "MAX_BATCH", 2048)
     monkeypatch.setattr(flows_mod, "RUN_MIN", 2)  # flows' runs in columns too
     # and a window of recent ops short enough to overflow (the audit's is 8,192)
-    monkeypatch.setattr(columns, "WINDOWS", 16)
+    monkeypatch.setattr(ledger, "WINDOWS", 16)
     monkeypatch.setattr(audit.Windows.__init__, "__defaults__", (16,))
 
 
@@ -266,13 +266,13 @@ def test_batches_leave_the_state_one_event_at_a_time_leaves(seed, flows, monkeyp
 def _spy_fast(monkeypatch) -> list[int]:
     """How many events each batch took the fast path for."""
     taken: list[int] = []
-    real = columns._apply
+    real = ledger.apply_plan
 
-    def spy(model, chunk, plan):
+    def spy(model, plan):
         taken.append(int(plan.fast.sum()))
-        return real(model, chunk, plan)
+        return real(model, plan)
 
-    monkeypatch.setattr(columns, "_apply", spy)
+    monkeypatch.setattr(ledger, "apply_plan", spy)
     return taken
 
 
@@ -289,7 +289,7 @@ def test_the_batch_path_takes_most_events_of_a_clean_run(monkeypatch):
         for r in range(4):
             ranks += [r, r]
             events += [OpStart(i, 1000 * i + r, "all_reduce", "0", i, 64), OpEnd(i, 1000 * i + 900)]
-    m.ingest_many(ranks, events)
+    m.ingest(ranks, events)
     assert sum(taken) > 0.95 * 8000
     assert m.summary()["ops"][0]["count"] == 1000
     assert m.ranks[3].ops_done == 1000 and m.ranks[3].seen_ids.floor == 999
@@ -349,7 +349,7 @@ def test_a_slow_end_keeps_its_group_among_fast_ends_of_another(monkeypatch):
         one.ingest(r, ev)
     taken = _spy_fast(monkeypatch)
     for part in (first, second):
-        many.ingest_many([r for r, _ in part], [ev for _, ev in part])
+        many.ingest([r for r, _ in part], [ev for _, ev in part])
     assert sum(taken) > 700  # the fast path ran
     assert _state(many) == _state(one)
     assert ("x", 10, 20) in many.ranks[0].windows.ended
@@ -381,7 +381,7 @@ def test_batches_of_frames_read_into_columns_leave_the_same_state(seed, monkeypa
     while i < len(trace):
         n = rng.choice([1, 7, 300, 900, 2500, 6000])
         s = store.EventStore.join(_frames_of(trace[i:i + n]))
-        many.ingest_many(s.rank, s)
+        many.ingest(s.rank, s)
         i += n
     assert sum(taken) > 0
     assert _state(many) == _state(one)
@@ -406,13 +406,13 @@ def _lossy_run(ranks: int, steps: int, per_frame: int, lose: float, seed: int) -
 
 
 def _one_and_many(monkeypatch, trace: list, one: Model | None = None, many: Model | None = None) -> tuple:
-    """`trace` into `one` an event at a time and into `many` in one `ingest_many`,
+    """`trace` into `one` an event at a time and into `many` in one `ingest`,
     which must leave the same state; (one, many, events each batch took fast)."""
     one, many = one or Model(), many or Model()
     for r, ev in trace:
         one.ingest(r, ev)
     taken = _spy_fast(monkeypatch)
-    many.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    many.ingest([r for r, _ in trace], [ev for _, ev in trace])
     assert _state(many) == _state(one)
     return one, many, taken
 
@@ -438,8 +438,8 @@ def test_a_rank_whose_ids_rise_further_than_the_seen_window_goes_fast_uncut(monk
     watcher's model at 64 ranks) and leaves the state one event at a time leaves."""
     monkeypatch.setattr(SeenIds, "SPAN", 1000)
     cuts = []
-    real = columns._span_cut
-    monkeypatch.setattr(columns, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
+    real = plan_mod._span_cut
+    monkeypatch.setattr(plan_mod, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
     trace = _lossy_run(ranks=4, steps=3000, per_frame=20, lose=0.0, seed=5)
     trace = [(r, ev) for r, ev in trace if not isinstance(ev, (OpStart, OpEnd)) or ev.id % 100 < 20]  # frames lost
     _, many, taken = _one_and_many(monkeypatch, trace)
@@ -495,7 +495,7 @@ def test_ids_that_jump_far_and_go_down_leave_the_same_state(seed, shed, monkeypa
     while i < len(trace):
         n = rng.choice([300, 900, 2500, 9000])
         part = trace[i:i + n]
-        many.ingest_many([r for r, _ in part], [ev for _, ev in part])
+        many.ingest([r for r, _ in part], [ev for _, ev in part])
         i += n
     assert one.duplicates > 0
     assert many.duplicates == one.duplicates
@@ -513,8 +513,8 @@ def test_in_one_batch_a_rank_whose_ids_fall_far_is_cut_and_one_whose_ids_rise_fa
     are duplicates, which go one at a time, and with them rank 0's next step.)"""
     monkeypatch.setattr(SeenIds, "SPAN", 1000)
     cuts = []
-    real = columns._span_cut
-    monkeypatch.setattr(columns, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
+    real = plan_mod._span_cut
+    monkeypatch.setattr(plan_mod, "_span_cut", lambda x, r: cuts.append(real(x, r)) or cuts[-1])
     trace = _lossy_run(ranks=2, steps=0, per_frame=20, lose=0.0, seed=0)
 
     def frame(rank: int, first_id: int, first_seq: int) -> list:
@@ -550,7 +550,7 @@ def test_a_rank_far_from_itself_at_every_start_is_not_planned_once_a_start(monke
     batch makes at most MAX_SPAN_CUTS."""
     monkeypatch.setattr(SeenIds, "SPAN", 1000)
     cuts = []
-    real = columns._span_cut
+    real = plan_mod._span_cut
 
     def spy(x, r):
         cut = real(x, r)
@@ -558,7 +558,7 @@ def test_a_rank_far_from_itself_at_every_start_is_not_planned_once_a_start(monke
             cuts.append(cut)
         return cut
 
-    monkeypatch.setattr(columns, "_span_cut", spy)
+    monkeypatch.setattr(plan_mod, "_span_cut", spy)
     trace = [(r, ev) for r in range(2) for ev in (hello(r), group())]
     for i in range(2000):
         trace += [(r, ev) for r in range(2) for ev in op(1000 * (2000 - i), 1000 * i + r, 1000 * i + 500, seq=i)]
@@ -588,10 +588,9 @@ def test_stale_instances_piling_up_are_swept_where_the_per_event_path_sweeps(per
     steps). The batch path must neither run across that sweep nor skip it, and must
     stay in bulk around it: a flood of lost frames is when it is needed most (it used
     to go one event at a time until the sweep had run, and fell to a tenth)."""
-    from commviz.model import state as state_mod
-
-    monkeypatch.setattr(state_mod, "SWEEP_FIRST", 64)
-    monkeypatch.setattr(state_mod, "SWEEP_EVERY", every)
+    
+    monkeypatch.setattr(ledger, "SWEEP_FIRST", 64)
+    monkeypatch.setattr(ledger, "SWEEP_EVERY", every)
     trace = _lossy_run(ranks=4, steps=3000, per_frame=per_frame, lose=lose, seed=seed)
     one = Model()
     for r, ev in trace:
@@ -599,12 +598,12 @@ def test_stale_instances_piling_up_are_swept_where_the_per_event_path_sweeps(per
     assert one.sweeps >= 1
     taken = _spy_fast(monkeypatch)
     whole, parts = Model(), Model()
-    whole.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    whole.ingest([r for r, _ in trace], [ev for _, ev in trace])
     _feed_in_batches(parts, trace, random.Random(5))
     for many in (whole, parts):
         assert _state(many) == _state(one) and many.sweeps == one.sweeps
     # (what stays slow: the lost frames' orphan ends, and instances a batch's edge cut)
-    # (one `ingest_many` of these traces took 0-75 % in bulk when a sweep sent the
+    # (one `ingest` of these traces took 0-75 % in bulk when a sweep sent the
     # batch one event at a time, 92-99 % now; a check every 512 events cuts frames of
     # 50 steps often: 74 % of both models' events here)
     assert sum(taken) >= (0.8 if every >= 4096 else 0.7) * 2 * len(trace)
@@ -617,8 +616,8 @@ def test_an_instance_a_member_never_entered_goes_in_bulk_and_stays_open(monkeypa
     trace = _lossy_run(ranks=4, steps=400, per_frame=20, lose=0.0, seed=0)
     lost = [(r, ev) for r, ev in trace if not (r == 1 and isinstance(ev, OpStart) and 100 <= ev.id < 120)]
     opened = []
-    real = columns._Openings.open
-    monkeypatch.setattr(columns._Openings, "open", lambda self, i: (opened.append(i), real(self, i)))
+    real = ledger.Openings.open
+    monkeypatch.setattr(ledger.Openings, "open", lambda self, i: (opened.append(i), real(self, i)))
     _, many, taken = _one_and_many(monkeypatch, lost)
     # the 20 left open, and instances a batch's edge cut (opened here, completed by the next)
     assert len(opened) >= 20 and sorted(k[1] for k in many.pending) == list(range(100, 120))
@@ -629,11 +628,10 @@ def test_an_end_that_enters_a_collective_evicted_while_it_was_inside_keeps_that_
     """A rank inside (g, 0) when `pending` evicted it leaves it in the next batch: its
     end enters (g, 0) again, and the other members' start and end there must join
     that instance, as one at a time, not be opened afresh beside it."""
-    from commviz.model import state as state_mod
-
-    monkeypatch.setattr(state_mod, "SWEEP_FIRST", 2)
-    monkeypatch.setattr(state_mod, "SWEEP_EVERY", 1)
-    monkeypatch.setattr(state_mod, "MAX_PENDING", 2)
+    
+    monkeypatch.setattr(ledger, "SWEEP_FIRST", 2)
+    monkeypatch.setattr(ledger, "SWEEP_EVERY", 1)
+    monkeypatch.setattr(ledger, "MAX_PENDING", 2)
     pre = [(r, GroupDef("g", [0, 1, 2], "gloo")) for r in range(3)] + [(1, Counters(1)), (2, Counters(1))]
     pre += [(0, OpStart(0, 10, "all_reduce", "g", 0, 64))]  # rank 0 enters seq 0 and stays inside
     for s in range(1, 6):  # rank 0 alone in seqs 1..5: the others' frames lost
@@ -651,7 +649,7 @@ def test_an_end_that_enters_a_collective_evicted_while_it_was_inside_keeps_that_
     for m in (one, many):
         for r, ev in pre:
             m.ingest(r, ev)
-        m._sweep_at = 100
+        m.sweep_at = 100
     assert ("g", 0) not in many.pending and many.tracker.evicted_instances
     _, _, taken = _one_and_many(monkeypatch, batch, one, many)
     assert sum(taken) > 0.9 * len(batch)
@@ -696,7 +694,7 @@ def test_shedding_a_lossy_run_counts_each_collective_once_in_bulk(lose, seed, mo
     for r, ev in trace:
         one.ingest(r, ev)
     taken = _spy_fast(monkeypatch)
-    whole.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    whole.ingest([r for r, _ in trace], [ev for _, ev in trace])
     _feed_in_batches(parts, trace, random.Random(seed))
     ended = {ev.id for _, ev in trace if isinstance(ev, OpEnd)}  # seq == id in this run
     for m in (whole, parts):
@@ -723,17 +721,17 @@ def test_a_late_member_of_an_instance_counted_while_shedding_counts_for_its_rank
     for spell_ends in (False, True):
         one, many = Model(), Model()
         for m in (one, many):
-            m.ingest_many([r for r, _ in hello], [ev for _, ev in hello])
+            m.ingest([r for r, _ in hello], [ev for _, ev in hello])
             m.shed = True
         for r, ev in early:
             one.ingest(r, ev)
-        many.ingest_many([r for r, _ in early], [ev for _, ev in early])
+        many.ingest([r for r, _ in early], [ev for _, ev in early])
         assert many.summary()["ops"][0]["count"] == 50 and not many.pending
         for m in (one, many):
             m.shed = not spell_ends
         for r, ev in late:
             one.ingest(r, ev)
-        many.ingest_many([r for r, _ in late], [ev for _, ev in late])
+        many.ingest([r for r, _ in late], [ev for _, ev in late])
         for m in (one, many):
             assert m.summary()["ops"][0]["count"] == 50 and not m.pending
             assert m.ranks[2].ops_done == 50 and m.ranks[2].bytes_done == 50 * 64 and m.ranks[2].seqs["0"] == 49
@@ -757,7 +755,7 @@ def test_while_shedding_instances_held_open_one_event_at_a_time_do_not_keep_batc
     early, late = ops(0, 0, 200) + ops(1, 0, 200), ops(2, 0, 200) + ops(3, 0, 200)
     one, many = Model(), Model()
     for m in (one, many):
-        m.ingest_many([r for r, _ in hello], [ev for _, ev in hello])
+        m.ingest([r for r, _ in hello], [ev for _, ev in hello])
         m.shed = True
         for r, ev in early:  # a batch that went one event at a time
             m.ingest(r, ev)
@@ -765,7 +763,7 @@ def test_while_shedding_instances_held_open_one_event_at_a_time_do_not_keep_batc
     for r, ev in late:
         one.ingest(r, ev)
     taken = _spy_fast(monkeypatch)
-    many.ingest_many([r for r, _ in late], [ev for _, ev in late])
+    many.ingest([r for r, _ in late], [ev for _, ev in late])
     assert sum(taken) == len(late)
     for m in (one, many):
         assert m.summary()["ops"][0]["count"] == 200 and not m.pending
@@ -788,7 +786,7 @@ def test_while_shedding_a_hang_in_a_batch_is_still_found(monkeypatch):
     trace += [(r, OpStart(200, 10**9, "all_reduce", "0", 200, 64)) for r in (0, 1, 2)]
     m = Model(hang_after_s=1.0)
     m.shed = True
-    m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+    m.ingest([r for r, _ in trace], [ev for _, ev in trace])
     [d] = m.findings(now=10**18 + 5 * 10**9 + 10**9).diagnoses
     assert d.kind.value == "hang" and d.missing_ranks == [3] and d.seq == 200
 
@@ -823,7 +821,7 @@ def test_while_shedding_flows_and_ops_are_estimated_from_a_sample():
     exact, sampled = Model(), Model()
     sampled.shed = True
     for m in (exact, sampled):
-        m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+        m.ingest([r for r, _ in trace], [ev for _, ev in trace])
         m.traffic.flush_sample()  # as a snapshot does before it reads
         m.traffic.throughput.flush()
     for r in range(16):
@@ -848,7 +846,7 @@ def test_while_shedding_a_broadcast_is_estimated_as_its_own_pattern():
     exact, sampled = Model(), Model()
     sampled.shed = True
     for m in (exact, sampled):
-        m.ingest_many([r for r, _ in trace], [ev for _, ev in trace])
+        m.ingest([r for r, _ in trace], [ev for _, ev in trace])
         m.traffic.flush_sample()
     for dst in range(1, ranks):
         want, got = exact.traffic.flows.total(0, dst)[1], sampled.traffic.flows.total(0, dst)[1]

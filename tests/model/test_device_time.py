@@ -10,6 +10,7 @@ import pytest
 
 from commviz.cli import main
 from commviz.events import Batch, OpEnd, OpStart, encode_batch
+from commviz.model import traces
 from commviz.model.state import Model
 from commviz.trace.file import TraceWriter
 from tests.helpers import group, hello
@@ -35,7 +36,7 @@ def job() -> list[Batch]:
 
 def test_an_op_with_device_time_is_timed_and_sized_by_it():
     m = Model()
-    m.ingest_trace(job())
+    traces.ingest_trace(m, job())
     [row] = m.summary()["ops"]
     assert row["p50_us"] == 1000.0 and row["p99_us"] == 1000.0  # not 10,000: the host's time
     assert row["algbw_gbps"] == pytest.approx(1.0)  # 1 MB in 1 ms
@@ -64,7 +65,7 @@ def test_a_captured_op_is_counted_but_not_timed():
         out.append(Batch(1, r, cuda_op(0, 1000, 10 * MS, -1, captured=True)))
         out.append(Batch(1, r, cuda_op(1, 20 * MS, 10 * MS, 1 * MS, seq=1)))
     m = Model()
-    m.ingest_trace(out)
+    traces.ingest_trace(m, out)
     [row] = m.summary()["ops"]
     assert row["count"] == 2 and row["bytes"] == 2 * MB
     assert row["p50_us"] == 1000.0 and row["p99_us"] == 1000.0
@@ -80,7 +81,7 @@ def test_the_first_op_on_a_communicator_is_counted_but_not_timed(path):
                          + cuda_op(1, 3000 * MS, 10 * MS, 1 * MS, seq=1)))
     m = Model()
     if path == "batch":
-        m.ingest_trace(out)
+        traces.ingest_trace(m, out)
     else:
         for b in out:
             for ev in b.events:
@@ -92,7 +93,7 @@ def test_the_first_op_on_a_communicator_is_counted_but_not_timed(path):
 
 def test_the_straggler_window_times_an_instance_by_device_time():
     m = Model()
-    m.ingest_trace(job())
+    traces.ingest_trace(m, job())
     [arrival] = m.stragglers.groups["0"]
     assert arrival.op_ns == 1 * MS
 

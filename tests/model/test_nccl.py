@@ -8,7 +8,7 @@ import json
 
 from commviz.cli import main
 from commviz.events import NCCL_SINCE, Batch, NcclComm, NcclOp, encode_batch
-from commviz.model import Model
+from commviz.model import Model, traces
 from commviz.trace.file import TraceWriter
 from tests.helpers import group, hello, op
 
@@ -42,7 +42,7 @@ def _expected(rank: int) -> dict:
 
 def test_nccls_counts_sit_beside_the_probes_per_rank():
     m = Model()
-    m.ingest_trace([Batch(NCCL_SINCE, r, _rank_events(r)) for r in (0, 1)])
+    traces.ingest_trace(m, [Batch(NCCL_SINCE, r, _rank_events(r)) for r in (0, 1)])
     rows = m.summary()["per_rank"]
     assert [row["nccl"] for row in rows] == [_expected(0), _expected(1)]
     assert rows[0]["ops"]["all_reduce"] == {"count": 1, "bytes": 4096}  # the probe's own, untouched
@@ -61,5 +61,5 @@ def test_a_recorded_trace_reads_nccls_view_as_the_live_model_does(tmp_path, caps
 
 def test_without_nccls_events_the_summary_has_no_nccl_part():
     m = Model()
-    m.ingest_trace([Batch(1, r, [hello(r), group(), *op(1, 100, 200)]) for r in (0, 1)])
+    traces.ingest_trace(m, [Batch(1, r, [hello(r), group(), *op(1, 100, 200)]) for r in (0, 1)])
     assert all("nccl" not in row for row in m.summary()["per_rank"])

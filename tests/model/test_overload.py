@@ -121,7 +121,7 @@ def test_keys_whose_every_frame_was_lost_do_not_hold_the_floor_back():
             for ev in op(i, 1000 * i + r, 1000 * i + 500 + r, seq=i):
                 ranks.append(r)
                 events.append(ev)
-    m.ingest_many(ranks, events)
+    m.ingest(ranks, events)
     assert m.retired["0"].floor == 78 and not m.retired["0"].above
     assert m.summary()["ops"][0]["count"] == 60
 

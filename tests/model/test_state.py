@@ -4,7 +4,7 @@ status, and it is not fooled by resent or out-of-order events."""
 import pytest
 
 from commviz.events import Counters, Goodbye, Mark, OpEnd, OpStart
-from commviz.model import Model
+from commviz.model import Model, ledger
 from tests.helpers import WALL0, group, hello, op
 
 
@@ -187,5 +187,5 @@ def test_a_stale_instance_is_swept_when_its_group_names_a_member_twice():
         for ev in op(seq, 10 * seq, 10 * seq + 5, gid="g", seq=seq):
             m.ingest(1, ev)
     m.ingest(0, op(5, 60, 65, gid="g", seq=5)[0])  # rank 0 is inside seq 5
-    m._sweep()  # the sweep's rule itself (where it runs is the columns tests' business)
+    ledger.sweep(m)  # the sweep's rule itself (where it runs is the columns tests' business)
     assert sorted(m.pending) == [("g", 5)]

@@ -6,14 +6,14 @@ innermost first. Times compared in whole ns, as the viewers convert them."""
 from __future__ import annotations
 
 from commviz.events import Batch
-from commviz.model import Model
+from commviz.model import Model, traces
 from commviz.trace import perfetto
 
 
 def to_chrome_trace(batches: list[Batch]) -> dict:
     """As `commviz export` does it: the whole trace through the model, then out."""
     m = Model(keep_ops=True)
-    m.ingest_trace(batches)
+    traces.ingest_trace(m, batches)
     return perfetto.to_chrome_trace(m)
 
 

@@ -1,5 +1,5 @@
 """A trace's chunk ends inside collectives: their events go in with the next chunk
-(`Model.ingest_chunks`, `Chunk.joined`), so they take the batch path whole instead
+(`traces.ingest_chunks`, `Chunk.joined`), so they take the batch path whole instead
 of one event at a time, and the model ends exactly as without."""
 
 import msgspec
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from commviz.events import Goodbye, OpEnd, OpStart, encode_batch
-from commviz.model import Model, columns
+from commviz.model import Model, columns, ledger, traces
 from commviz.model.store import Chunk, _JoinedFrames
 from commviz.trace import readahead
 from commviz.trace.file import TraceWriter
@@ -24,14 +24,14 @@ def _ingest(path, child: bool, carry: bool, monkeypatch) -> tuple[Model, int, in
         mp.setattr(readahead, "MIN_BYTES", 0 if child else 1 << 62)
         if not carry:
             mp.setattr(columns, "tail_cut", lambda c, groups=None: len(c))
-        real_joined, real_apply = Chunk.joined.__func__, columns._apply
+        real_joined, real_apply = Chunk.joined.__func__, ledger.apply_plan
         mp.setattr(Chunk, "joined", classmethod(lambda cls, a, b: joined.append(1) or real_joined(cls, a, b)))
-        mp.setattr(columns, "_apply", lambda m, c, p: slow.append(len(c) - int(p.fast.sum())) or real_apply(m, c, p))
+        mp.setattr(ledger, "apply_plan", lambda m, p: slow.append(len(p.chunk) - int(p.fast.sum())) or real_apply(m, p))
         s = open_trace(path)
         m = Model(hang_after_s=1.0, flows=False)
         chunks = readahead.chunks(s)
         assert isinstance(chunks, readahead.ChildMerge) == child
-        m.ingest_chunks(chunks, cut_off=s.truncated, snapshot=s.snapshot)
+        traces.ingest_chunks(m, chunks, cut_off=s.truncated, snapshot=s.snapshot)
     return m, len(joined), sum(slow)
 
 

@@ -16,7 +16,7 @@ import tracemalloc
 import numpy as np
 
 from commviz.events import Batch, Mark, OpEnd, OpStart, Stopped, encode_batch
-from commviz.model import Model
+from commviz.model import Model, traces
 from commviz.model.merge import order_events
 from commviz.model.store import Chunk
 from commviz.trace import perfetto, sources
@@ -46,7 +46,7 @@ def in_memory(path) -> dict:
     loader), every op kept."""
     whole = sources.open_trace(path)
     m = Model(keep_ops=True)
-    m.ingest_trace(whole.batches, cut_off=whole.truncated, snapshot=whole.snapshot)
+    traces.ingest_trace(m, whole.batches, cut_off=whole.truncated, snapshot=whole.snapshot)
     return to_chrome_trace(m)
 
 
@@ -171,7 +171,7 @@ def test_lanes_follow_starts_whatever_the_flushes(monkeypatch):
 
 def _kept(batches: list[Batch]) -> Model:
     m = Model(keep_ops=True)
-    m.ingest_trace(batches)
+    traces.ingest_trace(m, batches)
     return m
 
 
@@ -240,9 +240,9 @@ def test_the_hook_sees_each_op_once_in_the_per_event_order(tmp_path):
     synth().write(str(p), ranks=8, ops=400)
     calls: list[list] = [[], []]
     a = Model(flows=False, on_op=lambda *x: calls[0].append(x))
-    a.ingest_chunks(open_trace(p).chunks())
+    traces.ingest_chunks(a, open_trace(p).chunks())
     b = Model(flows=False, on_op=lambda *x: calls[1].append(x))
-    b.ingest_ordered(open_trace(p).events())
+    traces.ingest_ordered(b, open_trace(p).events())
     assert len(calls[0]) == 8 * 400 and calls[0] == calls[1]
     assert a.done_ops == [] and a.summary() == b.summary()
 
@@ -276,7 +276,7 @@ def test_streaming_keeps_no_op(tmp_path, monkeypatch):
         assert w.ops == 64 * OPS and w.origin_ok
 
     def summary():
-        Model(flows=False).ingest_chunks(open_trace(p).chunks())
+        traces.ingest_chunks(Model(flows=False), open_trace(p).chunks())
 
     monkeypatch.setattr(perfetto, "ChromeTraceWriter", Watched)
     streaming, model_only = peak(export), peak(summary)

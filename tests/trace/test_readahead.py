@@ -9,7 +9,7 @@ import pytest
 
 from commviz.errors import CommvizError
 from commviz.events import Counters, Mark, encode_batch
-from commviz.model import Model
+from commviz.model import Model, traces
 from commviz.trace import readahead
 from commviz.trace.file import frame_bytes, header_bytes
 from commviz.trace.stream import open_trace
@@ -27,7 +27,7 @@ def summary(path, child: bool):
     m = Model(hang_after_s=1.0, flows=False)
     chunks = readahead.chunks(s) if child else s.chunks()
     assert isinstance(chunks, readahead.ChildMerge) == child
-    m.ingest_chunks(chunks, cut_off=s.truncated, snapshot=s.snapshot)
+    traces.ingest_chunks(m, chunks, cut_off=s.truncated, snapshot=s.snapshot)
     return m.summary(), s.problems, s.info.bad_frames
 
 
@@ -89,7 +89,7 @@ def test_what_fails_in_the_child_is_raised_here(tmp_path, small, synth, monkeypa
         here = os.getpid()
         monkeypatch.setattr(readahead.os, "fdopen", late)
     with pytest.raises(ValueError, match="the disk said no"):
-        Model(flows=False).ingest_chunks(readahead.chunks(s))
+        traces.ingest_chunks(Model(flows=False), readahead.chunks(s))
 
 
 def test_a_child_killed_midway_is_an_error_that_names_the_way_round(tmp_path, small, synth, monkeypatch):

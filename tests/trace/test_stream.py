@@ -5,7 +5,7 @@ import importlib.util
 import pathlib
 
 from commviz.events import encode_batch
-from commviz.model import Model
+from commviz.model import Model, traces
 from commviz.model.merge import order_events
 from commviz.trace.file import load
 from commviz.trace.stream import open_trace
@@ -25,10 +25,10 @@ def synth():
 def summaries(path):
     whole = load(path)
     a = Model(hang_after_s=1.0)
-    a.ingest_trace(whole.batches, cut_off=whole.truncated)
+    traces.ingest_trace(a, whole.batches, cut_off=whole.truncated)
     s = open_trace(path)
     b = Model(hang_after_s=1.0, flows=False)
-    b.ingest_ordered(s.events(), cut_off=s.truncated)
+    traces.ingest_ordered(b, s.events(), cut_off=s.truncated)
     return a.summary(), b.summary()
 
 
@@ -149,9 +149,9 @@ def test_batched_summary_matches_the_per_event_summary(tmp_path):
     synth().write(str(p), ranks=12, ops=800)
     s = open_trace(p)
     a = Model(hang_after_s=1.0, flows=False)
-    a.ingest_ordered(s.events(), cut_off=s.truncated)
+    traces.ingest_ordered(a, s.events(), cut_off=s.truncated)
     b = Model(hang_after_s=1.0, flows=False)
-    b.ingest_chunks(open_trace(p).chunks(), cut_off=s.truncated)
+    traces.ingest_chunks(b, open_trace(p).chunks(), cut_off=s.truncated)
     assert b.summary() == a.summary()
     assert b.summary()["ops"][0]["count"] == 800
 
@@ -178,7 +178,7 @@ def test_a_frame_broken_past_its_head_does_not_hold_the_rest_back(tmp_path):
 
 
 def test_the_merge_sorts_as_lexsort_does_with_ties_and_inputs_out_of_index_order():
-    """The merge's two stable sorts (`clock._merged_order`) against lexsort's (time,
+    """The merge's two stable sorts (`merge._merged_order`) against lexsort's (time,
     input, index), where an input's events come out of index order too."""
     import numpy as np
 

@@ -37,7 +37,8 @@ jsonish = st.recursive(
 def _digest(batches) -> None:
     m = Model(hang_after_s=1.0)
     for b in batches:
-        m.ingest_batch(b)
+        for ev in b.events:
+            m.ingest(b.rank, ev)
     m.summary()
 
 

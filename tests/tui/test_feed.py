@@ -169,7 +169,8 @@ def test_full_replay_matches_direct_ingest_exactly():
     assert feed.done
     direct = Model()
     for b in batches:
-        direct.ingest_batch(b)
+        for ev in b.events:
+            direct.ingest(b.rank, ev)
     direct.end_of_trace()  # the rule replay applies once its last event is in
     now = feed.now_ns()
     assert feed.model.summary(now) == direct.summary(now)
