@@ -7,17 +7,25 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 
 from commviz.attach.discover import find_ranks, parent_of
+from tests.helpers import wait_for
 from tests.integration.conftest import REPO, commviz, run, torchrun
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(shutil.which("py-spy") is None, reason="py-spy is not installed (dev extra)")]
 
 JOB = os.path.join(REPO, "tests", "integration", "jobs", "stalled_stage.py")
+
+
+def last_call(mark, rank: int) -> str | None:
+    """What rank `rank` of the job went to do last (stalled_stage.py's `about_to`)."""
+    try:
+        return (mark.parent / f"{mark.name}.{rank}").read_text()
+    except FileNotFoundError:
+        return None
 
 
 @pytest.fixture
@@ -29,10 +37,11 @@ def stalled_job(tmp_path):
                          stderr=subprocess.DEVNULL, start_new_session=True)
     workers: list[int] = []
     try:
-        deadline = time.monotonic() + 60
-        while not mark.exists() and time.monotonic() < deadline:  # rank 2 entered its stall
-            time.sleep(0.2)
-        time.sleep(1)  # the others block behind it in send/recv
+        assert wait_for(mark.exists, 60), "rank 2 never entered its stall"
+        # the others, blocked behind it: each wrote where it went last (the job's `about_to`)
+        blocked = {0: "send 4", 1: "send 3", 3: "recv 2"}
+        assert wait_for(lambda: {r: last_call(mark, r) for r in blocked} == blocked, 30), \
+            {r: last_call(mark, r) for r in blocked}
         workers = [r.pid for r in find_ranks() if parent_of(r.pid) == p.pid]
         yield workers
     finally:
@@ -65,7 +74,7 @@ def test_attach_finds_the_job_and_names_the_culprits_line(stalled_job, tmp_path)
     culprit = {s["rank"]: s for s in recv["stacks"]}[2]
     assert culprit["user_frame"]["function"] == "load_next_shard"
     groups = {(g["op"], g["where"]): g["ranks"] for g in a["roll_call"]["groups"]}
-    assert groups[("", "stalled_stage.py:17")] == "2" and groups[("send", "stalled_stage.py:29")] == "0,1"
+    assert groups[("", "stalled_stage.py:17")] == "2" and groups[("send", "stalled_stage.py:39")] == "0,1"
     assert any("TORCH_FR_BUFFER_SIZE" in t for t in a["next_time"])
     # what was seen, saved as a trace dir, reads as the same hang in summary (the multi-node recipe)
     s = json.loads(run(commviz("summary", str(tmp_path / "seen"), "--json", "--hang-after", "1")).stdout)

@@ -86,7 +86,7 @@ def test_frozen_killed_and_restarted_watcher(tmp_path):
         print(f"restarted watcher heard both ranks after {reconnect_s * 1000:.0f} ms; "
               f"rank RSS growth while frozen {[g // 1024 for g in grown.values()]} KiB")
         assert job.wait(120) == 0
-        time.sleep(1.5)
+        wait_line(w2, "gone 2", 10)  # both goodbyes arrived
         w2.send_signal(signal.SIGTERM)
         w2.wait(10)
     finally:

@@ -17,14 +17,24 @@ def load_next_shard():
     time.sleep(600)  # the stall: a data loader, a checkpoint write, an .item()
 
 
+def about_to(call: str, step: int) -> None:
+    """Where this rank goes next, in `STALL_MARK.RANK`: where it blocks, once it stops."""
+    mark = os.environ.get("STALL_MARK")
+    if mark:
+        with open(f"{mark}.{rank}", "w") as f:
+            f.write(f"{call} {step}")
+
+
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 x = torch.ones(256)
 for step in range(5):
     if rank > 0:
+        about_to("recv", step)
         dist.recv(x, rank - 1)
     if rank == 2 and step == 2:
         load_next_shard()
     if rank < world - 1:
+        about_to("send", step)
         dist.send(x, rank + 1)
 dist.destroy_process_group()
