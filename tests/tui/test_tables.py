@@ -124,6 +124,29 @@ async def test_what_is_drawn_follows_each_sync_and_only_changed_cells_are_render
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("then", ["4.71 GB/s", "14.70 GB/s"])
+async def test_a_columns_width_does_not_depend_on_whether_an_idle_came_between_two_ticks(then):
+    """Rows added and, before any idle measured them, written again (a dashboard
+    focused on a rank at once): the columns are as wide as when an idle came between
+    the two. On Python 3.13 none did, and Links drew 13 cells where 3.11 drew 11."""
+    widths = []
+    for idle_between in (True, False):
+        app = One()
+        async with app.run_test(size=(40, 10)) as pilot:
+            t = app.query_one(Counts)
+            t.sync([(name, (name, Text("4.70 GB/s", justify="right"))) for name in "abc"])
+            if idle_between:
+                await pilot.pause()
+                await pilot.pause()
+                assert [c.content_width for c in t.columns.values()] == [4, 9]  # measured
+            t.sync([(name, (name, Text(then, justify="right"))) for name in "ab"])
+            await pilot.pause()
+            await pilot.pause()
+            widths.append([c.content_width for c in t.columns.values()])
+    assert widths[0] == widths[1]
+
+
+@pytest.mark.asyncio
 async def test_cells_built_without_rich_are_what_datatable_draws(monkeypatch):
     """Every body cell the dashboard's tables draw (zebra rows, the cursor row, the
     fixed rank column, right- and left-justified, styled and plain, dark and light):
