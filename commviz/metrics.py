@@ -87,9 +87,9 @@ from prometheus_client.utils import floatToGoString
 from commviz import ops as opcat
 from commviz.errors import CommvizError
 from commviz.model.diagnosis import Kind, RankStatus
-from commviz.model.state import MetricsView
+from commviz.model.scrape import MetricsView
 from commviz.model.stats import BUCKETS_NS
-from commviz.view.feed import IngestCounts
+from commviz.view.ingest import IngestCounts
 
 DEFAULT_HOST = "127.0.0.1"
 MAX_GROUPS = 16

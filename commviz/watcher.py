@@ -25,7 +25,8 @@ from commviz.model.overload import Overload
 from commviz.model.store import EventStore, decode_frame
 from commviz.trace.file import TraceWriter
 from commviz.transport.server import Server
-from commviz.view.feed import IngestCounts, ModelFeed, ViewQuery
+from commviz.view.feed import ModelFeed, ViewQuery
+from commviz.view.ingest import IngestCounts
 from commviz.view.snapshot import Fetched, Hosts
 
 LIVENESS_EVERY_S = 0.5

@@ -23,22 +23,6 @@ from commviz.view.snapshot import Fetched, Hosts, OneTopology, model_info, take_
 
 
 @dataclass(frozen=True)
-class IngestCounts:
-    """What a live feed says about keeping up, beside the model: read by /metrics
-    and by a collector's summary (`LiveFeed.ingest_counts`)."""
-
-    lag_s: float = 0.0
-    shedding: bool = False
-    why: str = ""  # while shedding: "behind the job" or "frames lost"
-    shed_spells: int = 0
-    shed_frames: int = 0
-    probe_behind_events: int = 0  # events the probes left out while this feed took none (Counters.behind)
-    read_pauses: int = 0  # times the reader waited for room in the inbox (transport/server.py, FULL_PAUSE_S)
-    refused_token: int = 0
-    refused_limit: int = 0
-
-
-@dataclass(frozen=True)
 class ViewQuery:
     """What a view asks of each tick: the part of a snapshot's arguments that belongs
     to the view, not to where the model is (a remote view sends it in its URL)."""
@@ -96,7 +80,7 @@ class ModelFeed:
 
     def ingest_counts(self):
         """How far behind the wire a live feed is and what it sheds
-        (`IngestCounts`); None for a feed that reads no wire."""
+        (`view.ingest.IngestCounts`); None for a feed that reads no wire."""
         return None
 
     def procs(self) -> dict[int, tuple[float, int]]:
