@@ -26,6 +26,7 @@ def render_summary(s: dict, problems: list[str] | None = None) -> str:
             {0, 2, 5},
         )
     out += _audit_lines(s.get("per_rank", []))
+    out += _nccl_lines(s.get("per_rank", []))
     out.append("")
     if s["ops"]:
         out += _table(
@@ -104,3 +105,33 @@ def _audit_lines(per_rank: list[dict]) -> list[str]:
     for state, ranks in states.items():
         lines.append(f"audit of rank{'s' if len(ranks) > 1 else ''} {','.join(map(str, ranks))}: {state}")
     return lines
+
+
+def _nccl_lines(per_rank: list[dict]) -> list[str]:
+    """What NCCL itself ran (its profiler plugin), per communicator and NCCL function,
+    over the ranks that said: each rank's count (one number where they agree, the
+    range where they do not: a rank that ran fewer is the one to look at), the bytes
+    of all of them, mean GPU time, and CUDA-graph replays (the probe sees a captured
+    op once; NCCL sees each replay)."""
+    by: dict[tuple[str, str], list[tuple[dict, int | None]]] = {}
+    for pr in per_rank:
+        for comm, doc in (pr.get("nccl") or {}).items():
+            for func, tally in doc.get("ops", {}).items():
+                by.setdefault((comm, func), []).append((tally, doc.get("nranks")))
+    rows = []
+    for (comm, func), got in sorted(by.items()):
+        counts = [t["count"] for t, _ in got]
+        nranks = got[0][1]
+        timed = sum(t.get("timed", 0) for t, _ in got)
+        replays = sum(t.get("replays", 0) for t, _ in got)
+        rows.append([
+            func, comm, f"{len(got)} of {nranks}" if nranks else str(len(got)),
+            str(counts[0]) if min(counts) == max(counts) else f"{min(counts)}–{max(counts)}",
+            format_bytes(sum(t["bytes"] for t, _ in got)),
+            f"{sum(t.get('device_ns', 0) for t, _ in got) / timed / 1e3:.1f}" if timed else "–",
+            str(replays) if replays else "–",
+        ])
+    if not rows:
+        return []
+    return ["", "what NCCL itself ran (its profiler plugin):"] + _table(
+        ["nccl op", "communicator", "ranks", "count", "bytes", "GPU µs", "graph replays"], rows, {2, 3, 4, 5, 6})

@@ -63,3 +63,32 @@ def test_without_nccls_events_the_summary_has_no_nccl_part():
     m = Model()
     traces.ingest_trace(m, [Batch(1, r, [hello(r), group(), *op(1, 100, 200)]) for r in (0, 1)])
     assert all("nccl" not in row for row in m.summary()["per_rank"])
+
+
+def test_the_text_summary_shows_what_nccl_ran_and_where_ranks_disagree(tmp_path, capsys):
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    for r in (0, 1):
+        evs = _rank_events(r)
+        if r == 1:  # rank 1 ran one AllReduce fewer than rank 0
+            evs = [ev for ev in evs if not (isinstance(ev, NcclOp) and ev.seq == 2)]
+        w.write(encode_batch(r, evs, schema=NCCL_SINCE))
+    w.close()
+    assert main(["summary", str(p)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("what NCCL itself ran (its profiler plugin):")
+    head, _, *rows = out[at + 1:at + 5]
+    assert head.split() == ["nccl", "op", "communicator", "ranks", "count", "bytes", "GPU", "µs", "graph", "replays"]
+    assert rows[0].split()[:4] == ["AllReduce", COMM, "2", "of"] and rows[0].split()[4:6] == ["2", "7–8"]
+    assert rows[0].split()[-1] == "10"  # five replays on each rank
+    assert rows[1].split()[:6] == ["Send", COMM, "2", "of", "2", "1"] and rows[1].split()[-2:] == ["–", "–"]
+
+
+def test_without_nccls_events_the_text_summary_says_nothing_of_nccl(tmp_path, capsys):
+    p = tmp_path / "t.cvz"
+    w = TraceWriter(p)
+    for r in (0, 1):
+        w.write(encode_batch(r, [hello(r), group(), *op(1, 100, 200)]))
+    w.close()
+    assert main(["summary", str(p)]) == 0
+    assert "NCCL" not in capsys.readouterr().out
