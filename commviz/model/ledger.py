@@ -779,7 +779,8 @@ def apply_plan(model: Model, p: Plan) -> None:
     d = Deferred()
     j = 0
     one, ranks = ingest_one, c.rank[slow_at].tolist()
-    for pos, rank, ev in zip(slow, ranks, c.events(slow_at)):
+    past = (len(c), -1, None)  # after the last slow event: what is left of the fast ones
+    for pos, rank, ev in itertools.chain(zip(slow, ranks, c.events(slow_at)), (past,)):
         while j < nf and done[j] < pos:
             i = int(order[j])
             if opens is not None and opening[i]:
@@ -790,18 +791,10 @@ def apply_plan(model: Model, p: Plan) -> None:
         while k < ne and ended.pos[k] < pos:
             on_op(*ended.args(k))
             k += 1
+        if ev is None:
+            break
         d.pos = pos
         one(model, rank, ev, d)
-    while j < nf:
-        i = int(order[j])
-        if opens is not None and opening[i]:
-            opens.open(i)
-        else:
-            fold_fast(model, p, i, stats, shed)
-        j += 1
-    while k < ne:
-        on_op(*ended.args(k))
-        k += 1
     ends_many(model, p)
     windows_many(model, p, d)
     if shed:
