@@ -25,8 +25,9 @@ at its end's place among the slow events, so the hook sees every op once, in the
 order the per-event path would hand them on (a `keep_ops` model goes one event at a
 time).
 
-A batch that breaks an invariant of the bulk path (an audit inside it) is ingested
-one event at a time, and one that reaches a check of the stale-instance sweep with
+A batch where nothing can go in bulk (`plan.Slow`: no collective whose whole life
+lies in it, or a rank or id that does not fit the packed keys) is ingested one
+event at a time, and one that reaches a check of the stale-instance sweep with
 too many instances open stops there, lets the model check (`ledger.sweep_if_due`),
 and goes on in bulk.
 """
@@ -55,10 +56,6 @@ SETTLE_MIN = 32768  # a smaller live batch is ingested whole: carrying its tail 
 # rest again after each would make quadratic.
 MAX_SPAN_CUTS = 16
 MAX_BATCH = 262144  # a collective of 1,024 ranks whose frames carry 64 steps spans 131,072 events
-
-
-
-
 
 
 def ingest_events(model: Model, ranks: Sequence[int], events: Sequence, settle: bool = False) -> int:
@@ -163,76 +160,6 @@ def ingest_chunk(model: Model, chunk: Chunk) -> None:
         if i < n:
             ledger.ingest_one(model, int(chunk.rank[i]), chunk.event(i))
         lo = i + 1
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _one_by_one(model: Model, ranks: Sequence[int], events: Sequence) -> None:

@@ -1,5 +1,7 @@
 """The model as its readers see it: the fields and answers that diagnosis (findings,
-waits, explain, rollcall) and the summary document read, and nothing to write through.
+waits, explain, rollcall) and the summary document read. Its properties are
+read-only; what they hand out (a rank's tables, the statistics) is the ledger's to
+change, never a reader's.
 
 They used to name `state.Model` itself, so what they read of it was nowhere written
 down, and a diagnosis could only be tested on a model fed real events. `Model` and

@@ -7,6 +7,9 @@ path, and the slow events of a batch) and a batch's fast collectives at once
 columns). `Model` keeps the state and answers questions about it; `model/plan.py`
 decides what may go in bulk without writing; `model/columns.py` drives a batch. No
 other module assigns to the model's fields (tests/model/test_ledger.py checks).
+The model's parts that are classes of their own (`Tracker`, `Traffic`, `Windows`,
+`SeenIds`, `OpStats`, `StragglerWatch`) keep their own insides; the ledger says when
+they change, through their methods.
 
 The effects that depend on order (statistics and straggler windows, each rank's
 window of recent ops and last op, flows) are applied in event order across both
@@ -45,7 +48,6 @@ from commviz.model import desync as desync_mod
 from commviz.model import flows as flows_mod
 from commviz.model.audit import WINDOWS
 from commviz.model.diagnosis import Diagnosis, RankStatus
-from commviz.model.flows import SHED_FLOW_SAMPLE
 from commviz.model.keys import unique, unique_sorted
 from commviz.model.merge import offset_ns
 from commviz.model.nccl import NcclTally
@@ -255,6 +257,19 @@ def on_host_topology(model: Model, ev: HostTopology) -> None:
     if ev.host in docs or len(docs) < MAX_HOST_TOPOLOGIES:
         docs[ev.host] = ev.document
         model.topology_version += 1
+
+
+def restore(model: Model, saved: Model) -> None:
+    """`model` becomes `saved` (a replay's checkpoint, trace/seek.py) in place: the
+    views hold the one object."""
+    model.__dict__.clear()
+    model.__dict__.update(saved.__dict__)
+
+
+def flush_flows(model: Model) -> None:
+    """The ends a shedding model sampled and holds until they span a bucket go into
+    the flows: a view asks before it reads them."""
+    model.traffic.flush_sample()
 
 
 def mark_gone(model: Model, rank: int, reason: str, t_ns: int | None = None) -> None:
@@ -480,7 +495,7 @@ def windows_many(model: Model, p: Plan, d: Deferred) -> None:
 def credit(model: Model, args: tuple, kwargs: dict, defer: Deferred | None) -> None:
     """An end's flows (`Traffic.op_end`), now, or in its place after the batch."""
     if model.shedding:  # an estimate, as the batch path makes it: one end in k, weighing k
-        k = SHED_FLOW_SAMPLE
+        k = flows_mod.SHED_FLOW_SAMPLE
         if not model.traffic.drawn_one():
             return
         rank, op, nbytes, t0, t1 = args

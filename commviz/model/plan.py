@@ -139,7 +139,7 @@ def plan(model: Model, c: Chunk, span_cuts: bool = True) -> Planned:
 
 
 def rank_durations(start_t: np.ndarray, end_t: np.ndarray, device_ns: np.ndarray) -> np.ndarray:
-    """Each rank's time in an op, as `Tracker.leave` takes it (`state.device_time_ns`):
+    """Each rank's time in an op, as `Tracker.leave` takes it (`ledger.device_time_ns`):
     its device time where the probe measured one, else end minus start on the rank's
     clock. (Captured ops, untimed, never reach the batch path.)"""
     return np.where(device_ns >= 0, device_ns, end_t - start_t)
@@ -234,7 +234,7 @@ class _Ranks(NamedTuple):
 def _rank_floors(model: Model, x: _Cols) -> _Ranks:
     """Ranks whose op ids in the batch are new and distinct: all above the highest seen
     (`_floors`), none twice. Then no start is a duplicate, and SeenIds ends the same
-    whatever the order they are added in (`_seen_ids`). A gap among them (a frame
+    whatever the order they are added in (`ledger._seen_ids_many`). A gap among them (a frame
     lost on the way) costs only the instances that frame's ops belonged to: the
     rank's other ops still go fast."""
     s_rank, s_id = x.s_rank, x.s_id

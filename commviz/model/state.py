@@ -8,11 +8,13 @@ rank's monotonic stamps plus the offset its hello announced.
 from __future__ import annotations
 
 import collections
-from typing import Callable, Iterable, Sequence
+import operator
+from typing import Callable, Iterable, Sequence, get_args, overload
 
+import numpy as np
 from msgspec import Struct
 
-from commviz.events import GroupDef, OpEnd, OpStart
+from commviz.events import Event, GroupDef, OpEnd, OpStart
 from commviz.model import columns, document, ledger
 from commviz.model.retired import Retired
 from commviz.model.findings import Findings, diagnose
@@ -22,11 +24,15 @@ from commviz.model.flows import Traffic
 from commviz.model.rank import PairedOp, RankState
 from commviz.model.stats import OpStats
 from commviz.model.seen import SeenIds
+from commviz.model.store import Chunk, EventStore
 from commviz.model.straggler import StragglerWatch
 from commviz.model.thresholds import Thresholds
 from commviz.model.track import InFlight, Instance, Tracker
 
 # (kept importable from here, where they were)
+# Every kind of event, the two that are nearly every event first (`Model.ingest` asks).
+EVENT_KINDS = (OpStart, OpEnd, *(k for k in get_args(Event) if k not in (OpStart, OpEnd)))
+
 device_time_ns = ledger.device_time_ns
 op_time_ns = ledger.op_time_ns
 
@@ -132,7 +138,7 @@ class Model:
 
     def sweep_checks(self, n: int) -> range:
         """The positions among the next `n` events after which the model checks
-        whether to sweep its stale instances (`sweep_if_due`)."""
+        whether to sweep its stale instances (`ledger.sweep_if_due`)."""
         return range(ledger.SWEEP_EVERY - self.events % ledger.SWEEP_EVERY - 1, n, ledger.SWEEP_EVERY)
 
     # ------------------------------------------------------------------ ingest
@@ -145,7 +151,17 @@ class Model:
         """The wire's own count of frames it could not read: the model's count is at least that."""
         ledger.note_decode_errors(self, at_least)
 
-    def ingest(self, ranks, events=None, settle: bool = False) -> int:
+    @overload
+    def ingest(self, ranks: int, events: Event) -> int: ...
+
+    @overload
+    def ingest(self, ranks: Sequence[int] | np.ndarray, events: Sequence[Event] | EventStore,
+               settle: bool = False) -> int: ...
+
+    @overload
+    def ingest(self, ranks: Chunk) -> int: ...
+
+    def ingest(self, ranks, events=None, settle=False):
         """The one way events go in, three shapes of one thing; returns how many went in.
 
         - `ingest(rank, event)`: one event;
@@ -155,13 +171,20 @@ class Model:
           see `columns.ingest_events`;
         - `ingest(chunk)`: a `store.Chunk`'s events, in its order, a batch at a time.
 
-        What each event changes is `model/ledger.py`'s; `end_of_trace` ends a trace."""
+        What each event changes is `model/ledger.py`'s; `end_of_trace` ends a trace.
+        Anything else (a `Batch`, a frame, a list without its ranks) is a TypeError
+        here, not a phantom event further in."""
+        if isinstance(events, EVENT_KINDS):
+            ledger.ingest_one(self, ranks if type(ranks) is int else operator.index(ranks), events)
+            return 1
         if events is None:
+            if not isinstance(ranks, Chunk):
+                raise TypeError(f"Model.ingest({type(ranks).__name__}): one argument is a store.Chunk")
             columns.ingest_chunk(self, ranks)
             return len(ranks)
-        if isinstance(events, Struct):  # (every event is one)
-            ledger.ingest_one(self, ranks, events)
-            return 1
+        if isinstance(events, Struct):
+            raise TypeError(f"Model.ingest(rank, {type(events).__name__}): not an event (a Batch goes in "
+                            "as ingest([b.rank] * len(b.events), b.events))")
         return columns.ingest_events(self, ranks, events, settle)
 
     def end_of_trace(self, cut_off: bool = False, snapshot: bool = False) -> None:

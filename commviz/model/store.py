@@ -27,7 +27,11 @@ from commviz import native
 from commviz.events import SCHEMA_VERSION, Batch, Counters, Event, Mark, OpEnd, OpStart, Sample, decode_batch
 from commviz.model.keys import unique
 
-# Kinds a batch may hold and still take the fast path (columns.py says why).
+# Kinds a batch may hold and still take the fast path: none of them reads or changes
+# state a fast instance touches. Every other kind (an Audit reads the in-flight table
+# and windows, a Hello moves a clock offset, a GroupDef can complete instances, a
+# Goodbye or Stack is rare enough to go slowly) is OTHER: `columns.ingest_chunk` cuts
+# the chunk there and ingests it on its own.
 START, END, QUIET, OTHER = 0, 1, 2, 3
 _KIND = {OpStart: START, OpEnd: END, Counters: QUIET, Sample: QUIET, Mark: QUIET}
 

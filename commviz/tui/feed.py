@@ -18,6 +18,7 @@ from typing import Callable, Protocol, runtime_checkable
 
 from commviz.events import Batch, Event, OpEnd, OpStart
 from commviz.model.merge import order_events  # noqa: F401  (tests read it here)
+from commviz.model import ledger
 from commviz.model.columns import no_gc
 from commviz.model.state import Model
 from commviz.model.timeline import Timeline, mark_timeline
@@ -321,8 +322,7 @@ class ReplayFeed(ModelFeed):
         else:
             self.model.reset()  # its memory back before the checkpoint's model comes in
             model, state = seek.load(checkpoint)
-            self.model.__dict__.clear()  # the same object: views hold it
-            self.model.__dict__.update(model.__dict__)
+            ledger.restore(self.model, model)  # the same object: views hold it
             cursor = self._trace.cursor(state)
             self._i, self._last_op, self._last_t = checkpoint.n, checkpoint.last_op, checkpoint.t
         self._it = iter(cursor)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from commviz.model import ledger
 from commviz.model.diagnosis import Diagnosis
 from commviz.model.document import RankRow
 from commviz.model.flows import PATTERN_TEXT, PATTERNS, EdgeRate
@@ -175,8 +176,8 @@ def take_snapshot(m, now: int, focus: int | None = None, topology: Topology | No
     snap.ended = bool(rank_rows) and all(row.status.gone for row in rank_rows)
     if snap.ended and summary_unless is not None and m.events != summary_unless:
         snap.summary = m.summary()
+    ledger.flush_flows(m)  # a shedding model's sampled ends, held until they span a bucket
     tr = m.traffic
-    tr.flush_sample()  # a shedding model's sampled ends, held until they span a bucket
     snap.rates = rates = tr.flows.rates(now)
     recent = tr.flows.recent_edges(now, RECENT_EDGE_NS)
     tp = tr.throughput

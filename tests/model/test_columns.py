@@ -19,6 +19,7 @@ from commviz.model import Model, audit, columns, ledger, store
 from commviz.model import plan as plan_mod
 from commviz.model import flows as flows_mod
 from commviz.model.seen import SeenIds
+from commviz.model.track import Instance
 from tests.helpers import group, hello, op
 
 
@@ -153,6 +154,7 @@ def _unordered(d: dict) -> list:
 # How the harness compares each field of the model and of a rank's state: by `_plain`
 # unless said here; the fields left out, and why. A field on neither side fails
 # `test_the_harness_compares_every_field_or_says_why_not`.
+PENDING_FIELDS = {"op", "group", "seq", "bytes", "durations", "errors", "ended", "starts", "failed", "last_arrival"}
 MODEL_AS = {
     "stats": _unordered,
     "pending": lambda d: ([(k, _plain(v.op), v.bytes, _unordered(v.durations), v.errors, sorted(v.ended),
@@ -208,6 +210,8 @@ def test_the_harness_compares_every_field_or_says_why_not():
     names = {f.name for f in dataclasses.fields(m.ranks[0])}
     assert set(RANK_AS) <= names and set(RANK_LEFT_OUT) <= names
     assert not set(MODEL_AS) & set(MODEL_LEFT_OUT) and not set(RANK_AS) & set(RANK_LEFT_OUT)
+    # (an open instance is compared field by field, by hand: these must be all of its fields)
+    assert PENDING_FIELDS == {f.name for f in dataclasses.fields(Instance)}
     state = _state(m)
     assert set(vars(m)) - set(MODEL_LEFT_OUT) <= set(state)
     assert set(state["ranks"][0][1]) == names - set(RANK_LEFT_OUT)
@@ -588,7 +592,7 @@ def test_stale_instances_piling_up_are_swept_where_the_per_event_path_sweeps(per
     steps). The batch path must neither run across that sweep nor skip it, and must
     stay in bulk around it: a flood of lost frames is when it is needed most (it used
     to go one event at a time until the sweep had run, and fell to a tenth)."""
-    
+
     monkeypatch.setattr(ledger, "SWEEP_FIRST", 64)
     monkeypatch.setattr(ledger, "SWEEP_EVERY", every)
     trace = _lossy_run(ranks=4, steps=3000, per_frame=per_frame, lose=lose, seed=seed)
@@ -628,7 +632,7 @@ def test_an_end_that_enters_a_collective_evicted_while_it_was_inside_keeps_that_
     """A rank inside (g, 0) when `pending` evicted it leaves it in the next batch: its
     end enters (g, 0) again, and the other members' start and end there must join
     that instance, as one at a time, not be opened afresh beside it."""
-    
+
     monkeypatch.setattr(ledger, "SWEEP_FIRST", 2)
     monkeypatch.setattr(ledger, "SWEEP_EVERY", 1)
     monkeypatch.setattr(ledger, "MAX_PENDING", 2)

@@ -45,12 +45,16 @@ def _writes(tree: ast.AST):
                 targets = [ch.target]
             elif isinstance(ch, ast.Call) and isinstance(ch.func, ast.Attribute) and ch.func.attr in MUTATORS:
                 targets = [ch.func.value]
+            if (isinstance(ch, ast.Call) and isinstance(ch.func, ast.Name) and ch.func.id == "setattr"
+                    and len(ch.args) > 1 and isinstance(ch.args[1], ast.Constant)
+                    and ch.args[1].value in MODEL_FIELDS | RANK_FIELDS):
+                yield c, f, ast.unparse(ch)
             for t in targets:
                 for t in t.elts if isinstance(t, ast.Tuple) else [t]:
                     while isinstance(t, ast.Subscript):
                         t = t.value
-                    if not isinstance(t, ast.Attribute) or t.attr not in MODEL_FIELDS | RANK_FIELDS:
-                        continue
+                    if not isinstance(t, ast.Attribute) or t.attr not in MODEL_FIELDS | RANK_FIELDS | {"__dict__"}:
+                        continue  # (`__dict__`: every field at once)
                     own = isinstance(t.value, ast.Name) and t.value.id == "self" and c not in ("Model", "RankState")
                     if not own:
                         yield c, f, ast.unparse(t)
@@ -73,9 +77,13 @@ def test_nothing_but_the_ledger_writes_the_models_fields():
 
 
 def test_the_scan_sees_a_write_through_a_field_of_a_rank():
-    """The test above is not blind: a batch path that counts on its own is caught."""
-    code = "def _sums(model, p):\n    r = p.states[0]\n    r.per_group[k][0] += 1\n    model.events += 2\n"
-    assert [t for *_, t in _writes(ast.parse(code))] == ["r.per_group", "model.events"]
+    """The test above is not blind: a batch path that counts on its own is caught, and
+    so is a model rewritten whole or by name. (A write through a local alias of a
+    field's table, `stats = model.stats; stats[k] = ...`, it does not see.)"""
+    code = ("def _sums(model, p):\n    r = p.states[0]\n    r.per_group[k][0] += 1\n    model.events += 2\n"
+            "    model.__dict__.update(other.__dict__)\n    setattr(r, 'seqs', {})\n")
+    assert [t for *_, t in _writes(ast.parse(code))] == [
+        "r.per_group", "model.events", "model.__dict__", "setattr(r, 'seqs', {})"]
 
 
 def test_the_ledger_is_where_one_event_and_a_batch_write_the_same_counts():
