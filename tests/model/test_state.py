@@ -189,3 +189,19 @@ def test_a_stale_instance_is_swept_when_its_group_names_a_member_twice():
     m.ingest(0, op(5, 60, 65, gid="g", seq=5)[0])  # rank 0 is inside seq 5
     ledger.sweep(m)  # the sweep's rule itself (where it runs is the columns tests' business)
     assert sorted(m.pending) == [("g", 5)]
+
+
+def test_ingest_takes_its_three_shapes_and_refuses_a_batch_with_the_fix():
+    """`ingest(rank, Batch)` once counted a phantom event and ingested nothing."""
+    import numpy as np
+    import pytest
+
+    from commviz.events import Batch
+
+    m = Model()
+    assert m.ingest(np.int64(0), hello(0)) == 1 and list(m.ranks) == [0] and type(list(m.ranks)[0]) is int
+    with pytest.raises(TypeError, match=r"ingest\(\[b\.rank\] \* len\(b\.events\), b\.events\)"):
+        m.ingest(1, Batch(1, 1, [hello(1)]))
+    with pytest.raises(TypeError, match="store.Chunk"):
+        m.ingest([hello(1)])
+    assert m.ingest([1, 1], [hello(1), group()]) == 2 and m.events == 3
