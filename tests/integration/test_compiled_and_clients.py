@@ -16,6 +16,7 @@ from tests.integration.conftest import JOBS, commviz, run, torchrun
 
 pytestmark = pytest.mark.integration
 WORLD = 2
+TORCH_EXIT_ABORT = "terminate called without an active exception"
 
 
 def both(tmp_path, job: str) -> tuple[list[dict], list[dict], dict, list[OpStart]]:
@@ -33,7 +34,13 @@ def both(tmp_path, job: str) -> tuple[list[dict], list[dict], dict, list[OpStart
         else:
             env["COMMVIZ"] = "0"
         p = run(torchrun(WORLD, *cmd), env=env, timeout=240)
-        assert p.returncode == 0, p.stderr[-3000:]
+        if how == "plain" and p.returncode != 0 and TORCH_EXIT_ABORT in p.stderr:
+            # Plain torch, without commviz, aborted at exit after its work was done: a
+            # gloo op completing while the interpreter finalizes (issue 48's note; CI
+            # saw it once in the Accelerate job). The baseline is run once more; the
+            # run under commviz gets no second chance.
+            p = run(torchrun(WORLD, *cmd), env=env, timeout=240)
+        assert p.returncode == 0, f"{how} run: {p.stderr[-3000:]}"
         reports[how] = [json.loads((tmp_path / f"{how}.{r}").read_text()) for r in range(WORLD)]
     s = run(commviz("summary", str(tmp_path / "trace"), "--json"))
     assert s.returncode == 0
