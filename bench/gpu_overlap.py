@@ -34,6 +34,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_step import instrumented_vs_bare, warm_up  # noqa: E402
 
 
 def main() -> None:
@@ -140,27 +141,12 @@ def main() -> None:
             ts.append((time.perf_counter_ns() - t0) / 1e6)
         return round(statistics.median(ts), 3)
 
-    for _ in range(2):  # warm-up: communicator, cuBLAS, the probe's event pool
-        block()
-        with suspended():
-            block()
-    bare, ratio = [], []
-    for k in range(args.rounds):
-        if k % 2:
-            p = block()
-        with suspended():
-            b = block()
-        if not k % 2:
-            p = block()
-        bare.append(b)
-        ratio.append(p / b)
+    warm_up(block, suspended)  # communicator, cuBLAS, the probe's event pool
     out: dict = {"fact": "gpu_overlap", "dry_run": args.dry_run, "world": world,
                  "cuda_device_max_connections": os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS"),
                  "shape": {"matmuls": args.matmuls, "size": args.size, "all_reduce_mib": args.ar_mib,
                            "steps": args.steps, "rounds": args.rounds},
-                 "bare_step_ms": round(statistics.median(bare), 3),
-                 "instrumented_ratio": round(statistics.median(ratio), 4),
-                 "ratio_spread": [round(min(ratio), 4), round(max(ratio), 4)]}
+                 **instrumented_vs_bare(block, suspended, args.rounds)}
     if not cuda:
         out["overlap"] = "skipped: no device times on the CPU (dry run)"
     elif world == 1:

@@ -23,6 +23,33 @@ import tempfile
 import time
 
 
+def warm_up(block, suspended) -> None:
+    """Two blocks each way, untimed: what the first ones set up is not a step's cost."""
+    for _ in range(2):
+        block()
+        with suspended():
+            block()
+
+
+def instrumented_vs_bare(block, suspended, rounds: int) -> dict:
+    """`block()` (a timed run of steps, ms a step) with the probe on and off
+    (`suspended`), `rounds` times, which goes first alternating by round: the bare
+    step's median ms, the instrumented step's median ratio to it and the ratios'
+    spread. bench/gpu_overlap.py times its steps the same way."""
+    bare, ratio = [], []
+    for k in range(rounds):
+        if k % 2:
+            p = block()
+        with suspended():
+            b = block()
+        if not k % 2:
+            p = block()
+        bare.append(b)
+        ratio.append(p / b)
+    return {"bare_step_ms": round(statistics.median(bare), 3), "instrumented_ratio": round(statistics.median(ratio), 4),
+            "ratio_spread": [round(min(ratio), 4), round(max(ratio), 4)]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=8)
@@ -63,25 +90,11 @@ def main() -> None:
             sync()
             return (time.perf_counter_ns() - t0) / args.steps / 1e6
 
-        for _ in range(2):  # warm-up: communicator, bucket rebuild, caches
-            block()
-            with suspended():
-                block()
+        warm_up(block, suspended)  # communicator, bucket rebuild, caches
         first = next(current().ids)
-        bare, ratio = [], []
-        for k in range(args.rounds):
-            if k % 2:
-                p = block()
-            with suspended():
-                b = block()
-            if not k % 2:
-                p = block()
-            bare.append(b)
-            ratio.append(p / b)
+        timed = instrumented_vs_bare(block, suspended, args.rounds)
         ops = (next(current().ids) - first - 1) / (args.rounds * args.steps)
-        out[name] = {"collectives_per_step": round(ops, 1), "bare_step_ms": round(statistics.median(bare), 3),
-                     "instrumented_ratio": round(statistics.median(ratio), 4),
-                     "ratio_spread": [round(min(ratio), 4), round(max(ratio), 4)]}
+        out[name] = {"collectives_per_step": round(ops, 1), **timed}
     print(json.dumps(out))
     dist.destroy_process_group()
 
