@@ -7,6 +7,7 @@ import time
 import zmq
 
 from commviz.events import GroupDef, Hello, OpEnd, OpStart
+from commviz.transport.conns import stop_monitor
 
 WALL0 = 1_700_000_000_000_000_000
 
@@ -81,11 +82,7 @@ class Handshakes:
         return self.n
 
     def close(self) -> None:
-        try:
-            self._sock.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self._mon.close(0)
+        stop_monitor(self._sock, self._mon)
 
 
 def free_port() -> int:

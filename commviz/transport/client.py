@@ -10,6 +10,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from commviz.transport import token as tokens
 from commviz.transport.address import parse
+from commviz.transport.conns import stop_monitor
 from commviz.transport.credit import Window, acked
 
 SNDHWM = 256  # batches queued in zmq before sends fail (the window keeps far fewer)
@@ -93,11 +94,7 @@ class Client:
         return self.window.lose() if dropped else None
 
     def close(self) -> None:
-        try:
-            self._sock.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self._mon.close(0)
+        stop_monitor(self._sock, self._mon)
         self._sock.close()
         self._ctx.term()
 

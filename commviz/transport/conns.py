@@ -31,6 +31,16 @@ _FAILED = zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROT
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED | _FAILED
 
 
+def stop_monitor(sock: zmq.Socket, monitor: zmq.Socket) -> None:
+    """Stop watching `sock` and close its monitor socket; the socket may be closed or
+    its monitor already off (zmq then refuses to disable it, which is no error here)."""
+    try:
+        sock.disable_monitor()
+    except zmq.ZMQError:
+        pass
+    monitor.close(0)
+
+
 def close_fd(fd: int) -> bool:
     """Shut a connection's socket down under zmq, which then closes it and frees what
     it held for it. True if there was a socket to shut (-1: zmq did not say which)."""
@@ -93,8 +103,4 @@ class Connections:
 
     def close(self) -> None:
         """After the Gate that reads the monitor has stopped."""
-        try:
-            self._sock.disable_monitor()
-        except zmq.ZMQError:
-            pass
-        self.monitor.close(0)
+        stop_monitor(self._sock, self.monitor)
