@@ -5,11 +5,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from commviz.events import OpEnd, OpStart
+from tests.helpers import wait_for
 from tests.integration.conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
@@ -119,9 +119,7 @@ def test_kill_tree_reaches_children_in_sessions_of_their_own():
     code = ("import subprocess, sys, time; [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'], "
             "start_new_session=True) for _ in range(2)]; time.sleep(300)")
     p = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    deadline = time.monotonic() + 30
-    while len(nccl_world.descendants(p.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: len(nccl_world.descendants(p.pid)) >= 2, timeout=30)
     kids = nccl_world.descendants(p.pid)
     assert len(kids) == 2
     nccl_world.kill_tree(p.pid)
