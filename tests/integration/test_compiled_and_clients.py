@@ -12,11 +12,10 @@ import pytest
 
 from commviz.events import OpStart
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, commviz, run, torchrun
+from tests.integration.conftest import JOBS, commviz, run, run_plain, torchrun
 
 pytestmark = pytest.mark.integration
 WORLD = 2
-TORCH_EXIT_ABORT = "terminate called without an active exception"
 
 
 def both(tmp_path, job: str) -> tuple[list[dict], list[dict], dict, list[OpStart]]:
@@ -33,13 +32,7 @@ def both(tmp_path, job: str) -> tuple[list[dict], list[dict], dict, list[OpStart
             env.update(COMMVIZ_TRACE_DIR=str(tmp_path / "trace"), COMMVIZ_ADDR=f"ipc://{sock}/nobody.sock")
         else:
             env["COMMVIZ"] = "0"
-        p = run(torchrun(WORLD, *cmd), env=env, timeout=240)
-        if how == "plain" and p.returncode != 0 and TORCH_EXIT_ABORT in p.stderr:
-            # Plain torch, without commviz, aborted at exit after its work was done: a
-            # gloo op completing while the interpreter finalizes (issue 48's note; CI
-            # saw it once in the Accelerate job). The baseline is run once more; the
-            # run under commviz gets no second chance.
-            p = run(torchrun(WORLD, *cmd), env=env, timeout=240)
+        p = (run_plain if how == "plain" else run)(torchrun(WORLD, *cmd), env=env, timeout=240)
         assert p.returncode == 0, f"{how} run: {p.stderr[-3000:]}"
         reports[how] = [json.loads((tmp_path / f"{how}.{r}").read_text()) for r in range(WORLD)]
     s = run(commviz("summary", str(tmp_path / "trace"), "--json"))

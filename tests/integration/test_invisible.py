@@ -12,7 +12,7 @@ import pytest
 from commviz.events import OpEnd, OpStart
 from commviz.launch import job_env
 from commviz.trace.file import load
-from tests.integration.conftest import JOBS, run, torchrun
+from tests.integration.conftest import JOBS, run, run_plain, torchrun
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ def seen(tmp_path_factory):
         if name == "commviz":
             env["COMMVIZ_TRACE_DIR"] = str(tmp / "trace")
         out = tmp / f"{name}.json"
-        p = run(torchrun(3, job, "--out", str(out)), env=env, timeout=240)
+        p = (run_plain if name == "plain" else run)(torchrun(3, job, "--out", str(out)), env=env, timeout=240)
         assert p.returncode == 0, f"the job run {name}: " + p.stderr[-3000:]
         got.append(json.loads(out.read_text()))
     ops = [e.op for b in load(tmp / "trace").batches for e in b.events if isinstance(e, OpStart)]

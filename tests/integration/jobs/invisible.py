@@ -12,6 +12,7 @@ can: pickle, deepcopy, torch.save, identity, inspect and help()."""
 import argparse
 import copy
 import functools
+import gc
 import hashlib
 import inspect
 import io
@@ -124,4 +125,10 @@ if dist.get_rank() == 0:
     with open(args.out, "w") as f:
         json.dump(seen, f, indent=1, sort_keys=True)
 dist.barrier()
+# Each DDP model's reducer holds a reference to the group: free them while the
+# interpreter is whole, so that destroying the group ends it here and not in the
+# interpreter's finalization, where gloo now and then aborted plain torch
+# ("terminate called without an active exception", pytorch/pytorch#190489).
+del model, loaded, twin, hooked, hooked_twin
+gc.collect()
 dist.destroy_process_group()
